@@ -1,0 +1,81 @@
+"""Configuration: one pydantic model, validated at construction."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from .violations import INVARIANTS
+
+Policy = Literal["raise", "warn", "ignore"]
+Convention = Literal["auto", "population", "bessel", "none", "batch", "leave_one_out"]
+
+
+class Tolerances(BaseModel):
+    """Relative tolerances of the invariants.
+
+    "Typical |advantage|" below is the median |advantage| over rows of groups with reward
+    variation in the batch, so the tolerances do not depend on the reward scale.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    zero_group_mean: float = Field(1e-3, gt=0, description="max |group mean of advantages| / typical |advantage|")
+    affine_residual: float = Field(1e-3, gt=0, description="max residual of a = k (r - mean) + b / typical |advantage|")
+    degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
+    unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
+    convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
+    max_stabilizer_ratio: float = Field(
+        0.05, ge=0, description="largest plausible stabilizer, as a fraction of the median reward std of live groups"
+    )
+    token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
+    on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")
+
+
+class MonitorConfig(BaseModel):
+    """What the monitor expects of the run, and what it does on a breach.
+
+    >>> MonitorConfig(group_size=8, std_convention="population").group_size
+    8
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    group_size: Optional[int] = Field(None, ge=2, description="responses per prompt, when fixed")
+    std_convention: Convention = "auto"
+    stabilizer: Optional[float] = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
+    on_violation: Policy = "raise"
+    policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
+    tolerances: Tolerances = Field(default_factory=Tolerances)
+    outcome_rewards: bool = Field(True, description="one reward per response: token advantages constant per row")
+    expect_on_policy: bool = Field(False, description="logprobs must equal old_logprobs (first inner epoch)")
+    clip_range: tuple[float, float] = Field((0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]")
+    kl_clamp: Optional[tuple[float, float]] = Field((-10.0, 10.0), description="bounds the trainer clamps its KL to")
+    rollout_scope: Literal["local", "global"] = "local"
+    defer_checks: bool = Field(False, description="check rollouts at end_step (one host sync per step) instead of at once")
+    repro_dir: Optional[str] = Field(None, description="where offending tensors are saved; None: a temp folder")
+    history_cap: int = Field(10_000, ge=1, description="questions kept in the per-question history")
+    stuck_after: int = Field(5, ge=1, description="steps a question may be filtered in every attempt before it is flagged")
+    table_every: int = Field(10, ge=1, description="steps between per-question tables handed to the sinks")
+    table_rows: int = Field(200, ge=1, description="rows of the per-question table")
+    strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
+
+    @field_validator("policies")
+    @classmethod
+    def _known_invariants(cls, value: dict[str, Policy]) -> dict[str, Policy]:
+        unknown = sorted(set(value) - set(INVARIANTS))
+        if unknown:
+            raise ValueError(f"unknown invariant(s) {unknown}; expected names from {sorted(INVARIANTS)}")
+        return value
+
+    @field_validator("clip_range")
+    @classmethod
+    def _positive_clip(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if min(value) < 0:
+            raise ValueError(f"clip_range must be two non-negative numbers, got {value}")
+        return value
+
+    def policy_for(self, invariant: str) -> Policy:
+        """The policy applied to ``invariant`` (override, else ``on_violation``)."""
+        return self.policies.get(invariant, self.on_violation)

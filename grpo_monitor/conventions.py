@@ -1,0 +1,98 @@
+"""Which std convention the data follow, step after step (host side, tiny state)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .config import MonitorConfig
+from .stats.conventions import CONVENTIONS
+
+_PINNED = ("none", "leave_one_out")  # conventions with no free stabilizer
+
+
+@dataclasses.dataclass
+class ConventionFit:
+    """The outcome of one step: the conventions that fit, the one reported, the stabilizer."""
+
+    fitting: tuple[str, ...]
+    name: str | None
+    stabilizer: float | None
+    problem: str | None = None  # why this step breaches the convention invariant
+
+
+def fitting_conventions(values: dict[str, float], config: MonitorConfig) -> tuple[tuple[str, ...], dict[str, float]]:
+    """Conventions whose stabilizer residuals agree across live groups, and each one's stabilizer.
+
+    ``values`` are the reduced rollout fields (``e_<name>_min/max``, ``inv_k_sum``,
+    ``live``, ``live_std_sum``).
+    """
+    live = values["live"]
+    typ = values["inv_k_sum"] / live
+    tol = config.tolerances.convention * abs(typ)
+    std_mean = values["live_std_sum"] / live
+    fits, stabs = [], {}
+    for name in CONVENTIONS:
+        lo, hi = values[f"e_{name}_min"], values[f"e_{name}_max"]
+        if not (hi - lo <= tol):
+            continue
+        stab = (lo + hi) / 2
+        if name in _PINNED and abs(stab) > tol:
+            continue
+        if name in ("population", "bessel") and not _plausible_stabilizer(stab, tol, std_mean, config):
+            continue
+        fits.append(name)
+        stabs[name] = stab
+    return tuple(fits), stabs
+
+
+def _plausible_stabilizer(stab: float, tol: float, std_mean: float, config: MonitorConfig) -> bool:
+    if config.stabilizer is not None:
+        return abs(stab - config.stabilizer) <= tol
+    return -tol <= stab <= config.tolerances.max_stabilizer_ratio * std_mean + tol
+
+
+class ConventionTracker:
+    """Locks the set of conventions consistent with every step so far.
+
+    With a declared convention the data must fit it. With ``"auto"`` the candidates are
+    the intersection over steps; an empty fit or an empty intersection is a breach, after
+    which the tracker re-locks on the current step's candidates.
+    """
+
+    def __init__(self, config: MonitorConfig):
+        self.config = config
+        self.candidates: tuple[str, ...] | None = None
+
+    def update(self, values: dict[str, float]) -> ConventionFit | None:
+        if values.get("live", 0) < 1 or values.get("adv_rows", 0) < 1:
+            return None
+        fits, stabs = fitting_conventions(values, self.config)
+        declared = self.config.std_convention
+        if declared != "auto":
+            name = declared if declared in fits else None
+            problem = None if name else _mismatch(declared, fits)
+            return ConventionFit(fits, name or declared, stabs.get(declared), problem)
+        if not fits:
+            return ConventionFit((), None, None, "no convention fits: the scale k_g varies across groups in no known way")
+        kept = tuple(c for c in (self.candidates or fits) if c in fits)
+        problem = None
+        if not kept:
+            problem = f"the convention changed between steps: was {self._name()}, now fits {list(fits)}"
+            kept = fits
+        self.candidates = kept
+        return ConventionFit(fits, kept[0], stabs[kept[0]], problem)
+
+    def _name(self) -> str | None:
+        return self.candidates[0] if self.candidates else None
+
+    def state_dict(self) -> dict:
+        return {"candidates": list(self.candidates) if self.candidates is not None else None}
+
+    def load_state_dict(self, state: dict) -> None:
+        cands = state.get("candidates")
+        self.candidates = tuple(cands) if cands is not None else None
+
+
+def _mismatch(declared: str, fits: tuple[str, ...]) -> str:
+    seen = f"the data fit {list(fits)}" if fits else "the data fit no known convention"
+    return f"declared std_convention={declared!r} but {seen}"

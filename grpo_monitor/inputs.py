@@ -1,0 +1,161 @@
+"""The API boundary: turn what a trainer hands us into checked tensors and a group index.
+
+Every error names the argument, what was expected and what came.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Hashable, Sequence
+
+import numpy as np
+import torch
+
+_NUMERIC_KINDS = "biuf"
+
+
+class InputError(Exception):
+    """Base of the errors raised for bad input at the API boundary."""
+
+
+class InputValueError(InputError, ValueError):
+    """A value of the wrong shape, length or layout."""
+
+
+class InputTypeError(InputError, TypeError):
+    """A value of the wrong type or dtype."""
+
+
+@contextlib.contextmanager
+def boundary():
+    """Re-raise ValueError/TypeError from validation code as input errors."""
+    try:
+        yield
+    except InputError:
+        raise
+    except ValueError as exc:
+        raise InputValueError(str(exc)) from exc
+    except TypeError as exc:
+        raise InputTypeError(str(exc)) from exc
+
+
+def as_tensor(value: Any, name: str) -> torch.Tensor:
+    """``value`` as a real-valued tensor (numpy arrays and number lists accepted).
+
+    >>> as_tensor([1, 0, 1], "rewards").dtype
+    torch.int64
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, np.ndarray):
+        if value.dtype.kind not in _NUMERIC_KINDS:
+            raise InputTypeError(f"{name} must hold numbers, but got a numpy array of dtype {value.dtype}")
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+    elif isinstance(value, (list, tuple)):
+        try:
+            tensor = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise InputTypeError(f"{name} must be a tensor, array or list of numbers, but got {value!r:.80}") from exc
+    else:
+        raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
+    if tensor.is_complex():
+        raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
+    return tensor
+
+
+@dataclasses.dataclass
+class GroupLayout:
+    """Flat rewards with a dense group index.
+
+    ``gid[i]`` is the group of row ``i`` in ``0..num_groups-1``; ``labels[g]`` is the id
+    the user gave that group (row index for ``(B, G)`` input).
+    """
+
+    rewards: torch.Tensor  # (N,) float64
+    gid: torch.Tensor  # (N,) int64
+    num_groups: int
+    labels: Sequence[Hashable]
+    shape: tuple[int, ...]
+
+
+def group_layout(rewards: Any, group_ids: Any = None, group_size: int | None = None) -> GroupLayout:
+    """Resolve the three accepted layouts: ``(B, G)``, flat with ids, flat with ``group_size``."""
+    r = as_tensor(rewards, "rewards")
+    if r.dim() not in (1, 2):
+        raise InputValueError(
+            f"rewards must be (B, G) with one group per row or flat (N,), but got {r.dim()}-D shape {tuple(r.shape)}"
+        )
+    flat = r.reshape(-1).to(torch.float64)
+    if r.dim() == 2:
+        if group_ids is not None:
+            raise InputValueError("group_ids must be None when rewards are (B, G): each row is one group")
+        b, g = r.shape
+        gid = torch.arange(b, device=r.device).repeat_interleave(g)
+        return GroupLayout(flat, gid, b, range(b), tuple(r.shape))
+    if group_ids is not None:
+        gid, labels = factorize(group_ids, len(flat), flat.device)
+        return GroupLayout(flat, gid, len(labels), labels, tuple(r.shape))
+    if group_size is None:
+        raise InputValueError(
+            f"flat rewards of shape {tuple(r.shape)} need group_ids, or config.group_size for contiguous groups"
+        )
+    if len(flat) % group_size:
+        raise InputValueError(
+            f"rewards has {len(flat)} rows, not a multiple of config.group_size={group_size}; "
+            "pass group_ids or fix group_size"
+        )
+    n_groups = len(flat) // group_size
+    gid = torch.arange(n_groups, device=r.device).repeat_interleave(group_size)
+    return GroupLayout(flat, gid, n_groups, range(n_groups), tuple(r.shape))
+
+
+def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor, list[Hashable]]:
+    """Dense group index and the unique ids in order of first appearance."""
+    if isinstance(ids, torch.Tensor) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "biu"):
+        t = torch.as_tensor(ids).reshape(-1)
+        if t.is_floating_point() or t.is_complex():
+            raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
+        _check_length(len(t), length)
+        uniq, inverse = torch.unique(t.to(device), return_inverse=True)
+        return inverse, uniq.tolist()
+    seq = list(ids.tolist() if isinstance(ids, np.ndarray) else ids)
+    _check_length(len(seq), length)
+    index: dict[Hashable, int] = {}
+    try:
+        dense = [index.setdefault(x, len(index)) for x in seq]
+    except TypeError as exc:
+        raise InputTypeError(f"group_ids must be hashable (ints or strings such as verl's uid), got {exc}") from exc
+    return torch.tensor(dense, dtype=torch.int64, device=device), list(index)
+
+
+def _check_length(got: int, want: int) -> None:
+    if got != want:
+        raise InputValueError(f"group_ids has {got} entries but rewards has {want} rows; pass one id per row")
+
+
+def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
+    """A per-row tensor (e.g. advantages) flattened and checked against the rewards."""
+    t = as_tensor(value, name)
+    if t.device != layout.rewards.device:
+        raise InputValueError(f"{name} is on {t.device} but rewards is on {layout.rewards.device}; pass both on one device")
+    if tuple(t.shape) != layout.shape and not (t.dim() == 1 and t.numel() == len(layout.rewards)):
+        raise InputValueError(
+            f"{name} has shape {tuple(t.shape)} but rewards has shape {layout.shape}; pass {name} aligned with rewards"
+        )
+    return t.reshape(-1).to(torch.float64)
+
+
+def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
+    """Question ids given per group (len B) or per row (len N) as one id per group."""
+    ids = question_ids.tolist() if isinstance(question_ids, (np.ndarray, torch.Tensor)) else list(question_ids)
+    if len(ids) == layout.num_groups:
+        return ids
+    if len(ids) == len(layout.rewards):
+        first = torch.full((layout.num_groups,), len(ids), dtype=torch.int64)
+        rows = torch.arange(len(ids), dtype=torch.int64)
+        first.scatter_reduce_(0, layout.gid.cpu(), rows, reduce="amin")
+        return [ids[i] for i in first.tolist()]
+    raise InputValueError(
+        f"question_ids has {len(ids)} entries; expected one per group ({layout.num_groups}) or per row ({len(layout.rewards)})"
+    )

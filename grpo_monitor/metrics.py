@@ -1,0 +1,83 @@
+"""From reduced sufficient statistics (host floats) to the ``grpo/...`` metric keys.
+
+A reader finds each metric's definition here by its key.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .stats.conventions import CONVENTIONS
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 else math.nan
+
+
+def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
+    """Group and advantage metrics of the step's retained (training) rollout."""
+    groups = v["groups"]
+    out = {
+        "grpo/groups/total": groups,
+        # groups whose scorable rewards are all identical: no gradient from the reward term
+        "grpo/groups/degenerate_rate": _ratio(v["degenerate"], groups),
+        # groups with reward variation: the prompts the update is really made of
+        "grpo/groups/effective_prompts": v["live"],
+        "grpo/reward/mean": _ratio(v["reward_sum"], v["scorable_rows"]),
+        # mean over groups of the population std of their rewards
+        "grpo/reward/question_std_mean": _ratio(v["question_std_sum"], v["scored_groups"]),
+        "grpo/rows/unscorable": v["rows"] - v["scorable_rows"],
+    }
+    if v["adv_rows"] > 0:
+        out.update(_advantage_metrics(v))
+    return out
+
+
+def _advantage_metrics(v: dict[str, float]) -> dict[str, float]:
+    mean = v["adv_sum"] / v["adv_rows"]
+    live = v["live"]
+    return {
+        "grpo/adv/mean": mean,
+        "grpo/adv/std": math.sqrt(max(v["adv_sq_sum"] / v["adv_rows"] - mean * mean, 0.0)),
+        # largest |mean advantage| of a group with variation: 0 when centred per group
+        "grpo/adv/group_mean_abs_max": _finite_or_zero(v["adv_group_mean_abs_max"]),
+        # mean over live groups of the population std of their advantages:
+        # 1 for population z-scores, sqrt((G-1)/G) for Bessel
+        "grpo/adv/live_std_mean": _ratio(v["live_adv_std_sum"], live),
+        # largest |advantage| in a group without variation: 0 unless a stabilizer misbehaves
+        "grpo/adv/degenerate_abs_max": _finite_or_zero(v["degenerate_abs_max"]),
+        # mean of k_g * std_g over live groups: the advantage scale in units of the reward std
+        "grpo/adv/convention_scale": _ratio(v["live_scale_sum"], live),
+    }
+
+
+def _finite_or_zero(x: float) -> float:
+    return x if math.isfinite(x) else 0.0
+
+
+def convention_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
+    """The convention in use as numbers: its index in ``CONVENTIONS`` (-1: none fits)."""
+    out = {"grpo/adv/convention_id": float(CONVENTIONS.index(name)) if name in CONVENTIONS else -1.0}
+    if stabilizer is not None:
+        out["grpo/adv/stabilizer"] = stabilizer
+    return out
+
+
+def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, float]:
+    """Dynamic-sampling (retry) ledger: exact counts of what was generated to fill the batch."""
+    gen = v["generated_groups"]
+    out = {
+        "grpo/sampling/generation_batches": v["generation_batches"],
+        "grpo/sampling/generated_groups": gen,
+        "grpo/sampling/generated_responses": v["generated_responses"],
+        "grpo/sampling/retained_groups": retained_groups,
+        "grpo/sampling/discarded_groups": gen - retained_groups,
+        "grpo/sampling/retention_rate": _ratio(retained_groups, gen),
+        # generated responses / retained groups, failed retries included
+        "grpo/sampling/responses_per_retained_group": _ratio(v["generated_responses"], retained_groups),
+        "grpo/sampling/generated_degenerate_rate": _ratio(v["generated_degenerate"], gen),
+    }
+    if v["token_batches"] > 0:
+        out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
+        out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
+    return out

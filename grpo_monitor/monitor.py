@@ -1,0 +1,276 @@
+"""GRPOMonitor: the one stateful object. It accumulates, syncs once, checks, reports."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from collections import Counter
+from typing import Any, Iterable
+
+import torch
+
+from . import inputs
+from .config import MonitorConfig
+from .conventions import ConventionTracker
+from .distributed import all_reduce_fields, rank_and_world
+from .invariants import HINTS, group_violations, token_violations
+from .questions import QuestionTracker
+from .repro import save_repro
+from .report import StepReport
+from .report_builder import build_report
+from .sinks.base import Sink
+from .sinks.dispatch import SinkSet
+from .stats.fields import FieldLayout
+from .stats.groups import group_reward_stats
+from .stats.rollout import count_nonbinary, rollout_stats
+from .step import LEDGER, ROLLOUT, GenerationRecord, RolloutRecord, StepState
+from .violations import InvariantViolation, Violation
+
+log = logging.getLogger("grpo_monitor")
+
+
+def _fail_open(part: str):
+    """Run a public method; the monitor's own faults are logged once and disable ``part``.
+
+    Input errors (ValueError/TypeError raised at the boundary) and InvariantViolation
+    propagate; with ``config.strict`` every exception does.
+    """
+
+    def deco(fn):
+        @functools.wraps(fn)
+        def wrapper(self: "GRPOMonitor", *args, **kwargs):
+            if part in self._disabled:
+                return None
+            try:
+                return fn(self, *args, **kwargs)
+            except (InvariantViolation, inputs.InputError):
+                raise
+            except Exception:
+                if self.config.strict:
+                    raise
+                self._disabled.add(part)
+                log.exception("grpo-monitor: internal error in %s; this part is disabled, training goes on", part)
+                warnings.warn(f"grpo-monitor: internal error in {part}; it is disabled (see the log)", RuntimeWarning)
+                return None
+
+        return wrapper
+
+    return deco
+
+
+class GRPOMonitor:
+    """Watches a GRPO run: call ``observe_rollout`` / ``observe_loss`` during a step, then ``end_step``.
+
+    >>> mon = GRPOMonitor(MonitorConfig(group_size=4))
+    >>> r = torch.tensor([[1., 0., 1., 0.], [1., 1., 1., 1.]])
+    >>> a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-4)
+    >>> mon.observe_rollout(r, advantages=a)
+    >>> mon.end_step().metrics["grpo/groups/degenerate_rate"]
+    0.5
+    """
+
+    def __init__(self, config: MonitorConfig | None = None, sinks: Iterable[Sink] = ()):
+        self.config = config if config is not None else MonitorConfig()
+        if not isinstance(self.config, MonitorConfig):
+            raise TypeError(f"config must be a MonitorConfig, but got {type(self.config).__name__}")
+        self.rank, self.world = rank_and_world()
+        self.sinks = SinkSet(sinks, is_main_process=self.rank == 0)
+        self.step = 0
+        self.closed = False
+        self._conventions = ConventionTracker(self.config)
+        self._questions = QuestionTracker(self.config)
+        self._counts: Counter[str] = Counter()
+        self._disabled: set[str] = set()
+        self._state = StepState()
+        self._token_layout: FieldLayout | None = None
+
+    # ----------------------------------------------------------------- observe
+    @_fail_open("rollout")
+    def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None) -> None:
+        """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
+
+        An empty batch is a no-op. A breach under the ``"raise"`` policy raises here.
+        """
+        layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
+        if layout.rewards.numel() == 0:
+            return
+        adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
+        questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        vec, detail = rollout_stats(
+            layout.rewards, layout.gid, layout.num_groups, adv, self.config.tolerances, self.config.group_size
+        )
+        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv)
+        self._state.add_rollout(vec, record)
+        if not self.config.defer_checks:
+            self._check_rollouts(self._sync(final=False))
+
+    @_fail_open("generation")
+    def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None, lengths: Any = None) -> None:
+        """Record one generated batch (discarded groups included) for the retry ledger."""
+        layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
+        if layout.rewards.numel() == 0:
+            return
+        s = group_reward_stats(layout.rewards, layout.gid, layout.num_groups)
+        reward_sum = torch.zeros_like(s.n).index_add_(0, layout.gid, torch.where(s.valid, layout.rewards, 0.0))
+        tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
+        if lengths is not None:
+            tokens = inputs.align_rows(lengths, "lengths", layout).sum()
+        vec = torch.stack([
+            torch.ones_like(tokens), torch.full_like(tokens, layout.num_groups), torch.full_like(tokens, len(layout.rewards)),
+            tokens, torch.full_like(tokens, float(lengths is not None)), s.degenerate.sum().to(tokens),
+            count_nonbinary(layout.rewards, s.valid).to(tokens),
+        ])
+        questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        self._state.add_generation(vec, GenerationRecord(s, reward_sum, questions))
+
+    @_fail_open("loss")
+    def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
+                     old_logprobs: Any = None, kl: Any = None) -> None:
+        """Record one micro-batch of token tensors ``(B, T)``; no host sync."""
+        from .stats import tokens as tok
+
+        tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl)
+        tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
+        mask_t = inputs.as_tensor(mask, "mask")
+        tok.validate_token_inputs(mask_t, **tensors)
+        vec = tok.token_sufficient_stats(
+            mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
+        )
+        self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
+        self._state.add_tokens(vec, self._token_layout)
+
+    # -------------------------------------------------------------------- step
+    @_fail_open("end_step")
+    def end_step(self, step: int | None = None) -> StepReport:
+        """Sync once, check every invariant, hand the report to the sinks and return it."""
+        if step is not None:
+            self.step = int(step)
+        roll = self._sync(final=True)
+        if roll is not None and roll[ROLLOUT.names.index("groups")] > 0:
+            self._check_rollouts(roll)
+        if self._state.synced_tokens is not None:
+            self._handle(token_violations(self._token_layout.to_dict(self._state.synced_tokens.tolist()), self.config, self.step))
+        report = self._build_report()
+        self._finish_step(report)
+        return report
+
+    def _sync(self, final: bool) -> torch.Tensor:
+        """ONE collective (when distributed) and ONE device-to-host copy of what is pending.
+
+        Returns the pending rollout vector on the host; at the end of the step, the ledger,
+        token vector and per-group arrays are stored on the step state.
+        """
+        st = self._state
+        device = st.device or torch.device("cpu")
+        glob = self.config.rollout_scope == "global"
+        parts = [("rollout", ROLLOUT, st.rollout_pending, glob)]
+        if final:
+            parts.append(("ledger", LEDGER, st.ledger, glob))
+            if self._token_layout is not None:
+                parts.append(("tokens", self._token_layout, st.tokens, False))
+        vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
+        layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
+        keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
+        vec = all_reduce_fields(vec, layout, keep)
+        arrays = st.group_arrays() if final else []
+        host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
+        pieces, offset = {}, 0
+        for name, lay, _, _ in parts:
+            pieces[name] = host[offset:offset + len(lay)]
+            offset += len(lay)
+        if final:
+            st.synced_ledger, st.synced_tokens = pieces["ledger"], pieces.get("tokens")
+            st.synced_arrays = host[offset:]
+        return pieces["rollout"]
+
+    def _check_rollouts(self, host_vec: torch.Tensor) -> None:
+        st = self._state
+        values = ROLLOUT.to_dict(host_vec.tolist())
+        record = next((r for r in st.rollouts if any(bool(m.any()) for m in r.detail.offending.values())), None)
+        found = group_violations(values, record.detail if record else None, record.labels if record else (), self.config, self.step)
+        fit = self._conventions.update(values)
+        if fit is not None:
+            st.convention = fit
+            root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
+            if fit.problem and not root_caused:
+                found.append(Violation("convention", self.step, fit.problem, self._expected_convention(), (), HINTS["convention"]))
+        st.mark_synced(host_vec)
+        self._handle(found)
+
+    def _expected_convention(self) -> str:
+        c = self.config.std_convention
+        return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
+
+    # ---------------------------------------------------------------- policies
+    def _handle(self, found: list[Violation]) -> None:
+        """Record, warn or raise according to each invariant's policy."""
+        if not found:
+            return
+        raising = [v for v in found if self.config.policy_for(v.invariant) == "raise"]
+        if raising:
+            path = save_repro(self.config, self.step, self._state, raising)
+            found = [v if v not in raising else _with_path(v, path) for v in found]
+            raising = [v for v in found if self.config.policy_for(v.invariant) == "raise"]
+        self._state.violations.extend(found)
+        for v in found:
+            self._counts[v.invariant] += 1
+            if self.config.policy_for(v.invariant) == "warn" and self._counts[v.invariant] == 1:
+                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
+        if raising:
+            report = self._build_report(failed=True)
+            self._finish_step(report)
+            self.sinks.finish(failed=True)
+            self.closed = True
+            raise InvariantViolation(raising)
+
+    # ------------------------------------------------------------------ report
+    def _build_report(self, failed: bool = False) -> StepReport:
+        return build_report(self.step, self._state, self._questions, self._token_layout, failed)
+
+    def _finish_step(self, report: StepReport) -> None:
+        self.sinks.emit(report)
+        self.step += 1
+        self._state = StepState()
+
+    # --------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Finish every sink (idempotent)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.sinks.finish(failed=False)
+
+    def __enter__(self) -> "GRPOMonitor":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if not self.closed:
+            self.closed = True
+            self.sinks.finish(failed=exc_type is not None)
+
+    @property
+    def violation_counts(self) -> dict[str, int]:
+        """How many times each invariant broke so far."""
+        return dict(self._counts)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Step counter, locked convention, per-question history and ledger totals."""
+        return {
+            "step": self.step,
+            "conventions": self._conventions.state_dict(),
+            "questions": self._questions.state_dict(),
+            "counts": dict(self._counts),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step = int(state["step"])
+        self._conventions.load_state_dict(state["conventions"])
+        self._questions.load_state_dict(state["questions"])
+        self._counts = Counter(state.get("counts", {}))
+
+
+def _with_path(v: Violation, path: str | None) -> Violation:
+    import dataclasses
+
+    return dataclasses.replace(v, repro_path=path)

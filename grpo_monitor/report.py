@@ -1,0 +1,40 @@
+"""The one object a step hands to the sinks."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .violations import Violation
+
+
+@dataclasses.dataclass
+class StepReport:
+    """What one ``end_step()`` produced.
+
+    ``metrics`` maps the ``grpo/...`` keys to floats; ``histograms`` maps keys to lists of
+    floats (e.g. the per-question reward std); ``tables`` maps a table name to rows;
+    ``convention`` names the std convention in use (declared or inferred).
+    """
+
+    step: int
+    metrics: dict[str, float]
+    violations: list[Violation] = dataclasses.field(default_factory=list)
+    convention: str | None = None
+    histograms: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    flagged_questions: list[Any] = dataclasses.field(default_factory=list)
+    #: True when a violation of this step is under the ``"raise"`` policy (the run ends).
+    failed: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready record the JSONL sink writes (one line per step)."""
+        return {
+            "step": self.step,
+            "metrics": self.metrics,
+            "violations": [v.to_dict() for v in self.violations],
+            "convention": self.convention,
+            "failed": self.failed,
+            "histograms": self.histograms,
+            "flagged_questions": [str(q) for q in self.flagged_questions],
+        }

@@ -1,0 +1,61 @@
+"""Assemble a :class:`StepReport` from the synced step state (host values only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .metrics import convention_metrics, ledger_metrics, rollout_metrics
+from .questions import QuestionTracker, split_arrays
+from .report import StepReport
+from .step import LEDGER, ROLLOUT, StepState
+
+
+def build_report(step: int, st: StepState, questions: QuestionTracker, token_layout: Any, failed: bool) -> StepReport:
+    """Metrics, histograms, tables and violations of the step."""
+    metrics: dict[str, float] = {}
+    roll = ROLLOUT.to_dict(st.rollout_synced.tolist()) if st.rollout_synced is not None else None
+    if roll and roll["groups"] > 0:
+        metrics.update(rollout_metrics(roll))
+    if st.convention is not None:
+        metrics.update(convention_metrics(st.convention.name, st.convention.stabilizer))
+    if st.synced_ledger is not None:
+        ledger = LEDGER.to_dict(st.synced_ledger.tolist())
+        if ledger["generation_batches"] > 0:
+            metrics.update(ledger_metrics(ledger, roll["groups"] if roll else 0.0))
+    if st.synced_tokens is not None and token_layout is not None:
+        from .stats.tokens import token_metrics
+
+        metrics.update(token_metrics(st.synced_tokens))
+    report = StepReport(step, metrics, list(st.violations), failed=failed)
+    report.convention = st.convention.name if st.convention is not None else None
+    _per_group(report, st, questions, roll)
+    metrics.update(_violation_metrics(st))
+    return report
+
+
+def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, roll: dict | None) -> None:
+    if st.synced_arrays is None or not len(st.synced_arrays):
+        return
+    sizes = [len(r.detail.stats.n) for r in st.rollouts] + [len(g.stats.n) for g in st.generations]
+    labels = [r.questions for r in st.rollouts] + [g.questions for g in st.generations]
+    records = split_arrays(st.synced_arrays.numpy(), sizes, labels)
+    kept, generated = records[: len(st.rollouts)], records[len(st.rollouts):]
+    if kept:
+        std = np.concatenate([k.std[k.n > 0] for k in kept])
+        report.histograms["grpo/reward/question_std"] = std.tolist()
+    ledger = LEDGER.to_dict(st.synced_ledger.tolist()) if st.synced_ledger is not None else {}
+    binary = (roll or {}).get("nonbinary", 0) == 0 and ledger.get("generated_nonbinary", 0) == 0
+    report.metrics.update(questions.update(report.step, kept, generated, binary))
+    report.flagged_questions = questions.flagged()
+    if report.step % questions.config.table_every == 0 and len(questions.history):
+        report.tables["grpo/questions"] = questions.table(questions.config.table_rows)
+
+
+def _violation_metrics(st: StepState) -> dict[str, float]:
+    out = {"grpo/invariants/violations": float(len(st.violations))}
+    for v in st.violations:
+        key = f"grpo/invariants/{v.invariant}"
+        out[key] = out.get(key, 0.0) + 1.0
+    return out

@@ -1,0 +1,53 @@
+"""Fixed layouts of reducible statistics: each slot is a sum, a minimum or a maximum.
+
+Storing sums, counts and extrema (never means) makes merging micro-batches, rollouts
+and ranks one generic elementwise step.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+_OP_CODES = {"sum": 0, "min": 1, "max": 2}
+_EMPTY = {"sum": 0.0, "min": float("inf"), "max": float("-inf")}
+
+
+class FieldLayout:
+    """Names and reductions of a statistics vector.
+
+    >>> lay = FieldLayout((("n", "sum"), ("hi", "max")))
+    >>> lay.combine(torch.tensor([1., 2.], dtype=torch.float64), torch.tensor([3., 1.], dtype=torch.float64)).tolist()
+    [4.0, 2.0]
+    """
+
+    def __init__(self, fields: Sequence[tuple[str, str]]):
+        self.fields = tuple(fields)
+        self.names = tuple(name for name, _ in self.fields)
+        self._codes = [_OP_CODES[op] for _, op in self.fields]
+        self._ops: dict[torch.device, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def ops(self, device: torch.device) -> torch.Tensor:
+        if device not in self._ops:
+            self._ops[device] = torch.tensor(self._codes, device=device)
+        return self._ops[device]
+
+    def empty(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        return torch.tensor([_EMPTY[op] for _, op in self.fields], dtype=torch.float64, device=device)
+
+    def combine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """Merge two vectors slot by slot (stacked inputs of shape (k, n) are reduced on dim 0 too)."""
+        return self.reduce(torch.stack([a, b.to(a.device)]))
+
+    def reduce(self, stacked: torch.Tensor) -> torch.Tensor:
+        ops = self.ops(stacked.device)
+        return torch.where(
+            ops == 0, stacked.sum(0), torch.where(ops == 1, stacked.amin(0), stacked.amax(0))
+        )
+
+    def to_dict(self, values: Sequence[float]) -> dict[str, float]:
+        return dict(zip(self.names, values))

@@ -1,0 +1,126 @@
+"""The rollout's sufficient statistics as one reducible vector, plus per-group detail.
+
+``rollout_stats`` turns one batch of rewards (and advantages) into a float64 vector laid
+out by ``ROLLOUT_FIELDS`` (sums, minima, maxima: they merge across calls and ranks) and a
+:class:`RolloutDetail` of per-group tensors kept on the device for histograms, the
+per-question history and the offending-group lists of a breach.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..config import Tolerances
+from .conventions import CONVENTIONS, stabilizer_residuals
+from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats, typical_abs_advantage
+
+#: Invariants checked group by group on the rollout.
+GROUP_INVARIANTS = ("finite", "unscorable_rows", "group_size", "zero_group_mean", "affine_in_rewards", "degenerate_zero")
+
+_BASE_FIELDS = (
+    ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
+    ("degenerate", "sum"), ("live", "sum"), ("reward_sum", "sum"), ("question_std_sum", "sum"),
+    ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"), ("adv_group_mean_abs_max", "max"),
+    ("live_adv_std_sum", "sum"), ("degenerate_abs_max", "max"), ("live_scale_sum", "sum"),
+    ("inv_k_sum", "sum"), ("live_std_sum", "sum"), ("typ_abs_adv", "max"), ("nonbinary", "sum"),
+)
+_CONV_FIELDS = tuple((f"e_{c}_{m}", m) for c in CONVENTIONS for m in ("min", "max"))
+_VIOL_FIELDS = tuple((f"viol_{i}", "sum") for i in GROUP_INVARIANTS)
+ROLLOUT_FIELDS: tuple[tuple[str, str], ...] = _BASE_FIELDS + _CONV_FIELDS + _VIOL_FIELDS
+ROLLOUT_INDEX = {name: i for i, (name, _) in enumerate(ROLLOUT_FIELDS)}
+
+
+@dataclasses.dataclass
+class RolloutDetail:
+    """Per-group tensors of one rollout call (device-resident until a breach or a step end)."""
+
+    stats: GroupRewardStats
+    fit: AdvantageFit | None
+    reward_sum: torch.Tensor
+    offending: dict[str, torch.Tensor]  # invariant -> bool (groups,)
+
+
+def rollout_stats(
+    rewards: torch.Tensor,
+    gid: torch.Tensor,
+    num_groups: int,
+    advantages: torch.Tensor | None,
+    tol: Tolerances,
+    group_size: int | None,
+) -> tuple[torch.Tensor, RolloutDetail]:
+    """Sufficient statistics of one rollout (see module docstring); no host sync."""
+    s = group_reward_stats(rewards, gid, num_groups)
+    reward_sum = _gsum(torch.where(s.valid, rewards, 0.0), gid, num_groups)
+    vals = dict(
+        rows=s.rows.sum(), scorable_rows=s.n.sum(), groups=torch.tensor(float(num_groups), dtype=torch.float64),
+        scored_groups=(s.n > 0).sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=reward_sum.sum(),
+        question_std_sum=torch.where(s.n > 0, s.std, 0.0).sum(), nonbinary=count_nonbinary(rewards, s.valid),
+    )
+    offending = {"finite": _gsum(torch.isinf(rewards).double(), gid, num_groups) > 0}
+    offending["group_size"] = (s.rows == 1) | ((s.rows != group_size) if group_size else torch.zeros_like(s.live))
+    fit = None
+    if advantages is not None:
+        fit = advantage_fit(advantages, s, gid)
+        typ = typical_abs_advantage(advantages, s, gid)
+        vals.update(_advantage_fields(advantages, s, fit, typ))
+        offending.update(_advantage_offenders(s, fit, typ, tol))
+        offending["finite"] = offending["finite"] | (fit.nonfinite > 0)
+    vals.update(_violation_fields(offending))
+    return _pack(vals, rewards.device), RolloutDetail(s, fit, reward_sum, offending)
+
+
+def count_nonbinary(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Scorable rewards other than 0 and 1 (0 means the binary-reward theory applies)."""
+    return (valid & (rewards != 0) & (rewards != 1)).sum()
+
+
+def _gsum(values: torch.Tensor, gid: torch.Tensor, ng: int) -> torch.Tensor:
+    return torch.zeros(ng, dtype=values.dtype, device=values.device).index_add_(0, gid, values)
+
+
+def _advantage_fields(a: torch.Tensor, s: GroupRewardStats, fit: AdvantageFit, typ: torch.Tensor) -> dict:
+    live = s.live & torch.isfinite(fit.slope)
+    fin = torch.isfinite(a)
+    out = dict(
+        adv_rows=fin.sum(), adv_sum=torch.where(fin, a, 0.0).sum(), adv_sq_sum=torch.where(fin, a * a, 0.0).sum(),
+        adv_group_mean_abs_max=_masked_max(fit.intercept.abs(), live),
+        live_adv_std_sum=torch.where(live, fit.adv_std, 0.0).sum(),
+        degenerate_abs_max=_masked_max(fit.abs_max, s.degenerate & (s.n > 0)),
+        live_scale_sum=torch.where(live, fit.slope * s.std, 0.0).sum(),
+        inv_k_sum=torch.where(live, 1.0 / fit.slope, 0.0).sum(), live_std_sum=torch.where(live, s.std, 0.0).sum(),
+        typ_abs_adv=typ,
+    )
+    for name, e in stabilizer_residuals(fit.slope, s.std, s.n).items():
+        ok = live & torch.isfinite(e)
+        out[f"e_{name}_min"] = -_masked_max(-e, ok)
+        out[f"e_{name}_max"] = _masked_max(e, ok)
+    return out
+
+
+def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, typ: torch.Tensor, tol: Tolerances) -> dict:
+    live = s.live
+    return {
+        "unscorable_rows": fit.unscorable_abs_max > tol.unscorable * typ,
+        "zero_group_mean": live & (fit.intercept.abs() > tol.zero_group_mean * typ),
+        "affine_in_rewards": live & ((fit.resid_max > tol.affine_residual * typ) | ~(fit.slope > 0)),
+        "degenerate_zero": s.degenerate & (fit.abs_max > tol.degenerate_ratio * typ),
+    }
+
+
+def _violation_fields(offending: dict) -> dict:
+    return {f"viol_{name}": mask.sum() for name, mask in offending.items()}
+
+
+def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.where(mask, values, -torch.inf).max() if values.numel() else torch.tensor(-torch.inf)
+
+
+def _pack(vals: dict, device: torch.device) -> torch.Tensor:
+    empty = {"sum": 0.0, "min": torch.inf, "max": -torch.inf}
+    parts = [
+        torch.as_tensor(vals[name] if name in vals else empty[op], dtype=torch.float64, device=device).reshape(())
+        for name, op in ROLLOUT_FIELDS
+    ]
+    return torch.stack(parts)

@@ -1,0 +1,97 @@
+"""What the monitor gathers during one step, before it syncs.
+
+Device tensors only: reducible vectors (rollout, tokens, ledger) merged call by call,
+and the per-group tensors of each rollout kept for histograms, the per-question history
+and breach descriptions. Nothing here moves data to the host.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Hashable, Sequence
+
+import torch
+
+from .stats.fields import FieldLayout
+from .stats.groups import GroupRewardStats
+from .stats.rollout import ROLLOUT_FIELDS, RolloutDetail
+
+LEDGER_FIELDS = (
+    ("generation_batches", "sum"), ("generated_groups", "sum"), ("generated_responses", "sum"),
+    ("generated_tokens", "sum"), ("token_batches", "sum"), ("generated_degenerate", "sum"),
+    ("generated_nonbinary", "sum"),
+)
+ROLLOUT = FieldLayout(ROLLOUT_FIELDS)
+LEDGER = FieldLayout(LEDGER_FIELDS)
+
+
+@dataclasses.dataclass
+class RolloutRecord:
+    """One ``observe_rollout`` call: its per-group detail and the inputs, for a repro file."""
+
+    detail: RolloutDetail
+    labels: Sequence[Hashable]
+    questions: list[Hashable] | None
+    rewards: torch.Tensor
+    gid: torch.Tensor
+    advantages: torch.Tensor | None
+
+
+@dataclasses.dataclass
+class GenerationRecord:
+    """One ``observe_generation`` call: per-group stats for the question history."""
+
+    stats: GroupRewardStats
+    reward_sum: torch.Tensor
+    questions: list[Hashable] | None
+
+
+def _merge(layout: FieldLayout, acc: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
+    return new if acc is None else layout.combine(acc, new)
+
+
+@dataclasses.dataclass
+class StepState:
+    """Accumulators of one step (see module docstring)."""
+
+    rollout_pending: torch.Tensor | None = None  # not yet synced
+    rollout_synced: torch.Tensor | None = None  # host, already checked
+    tokens: torch.Tensor | None = None
+    ledger: torch.Tensor | None = None
+    rollouts: list[RolloutRecord] = dataclasses.field(default_factory=list)
+    generations: list[GenerationRecord] = dataclasses.field(default_factory=list)
+    violations: list[Any] = dataclasses.field(default_factory=list)
+    convention: Any = None
+    synced_ledger: torch.Tensor | None = None
+    synced_tokens: torch.Tensor | None = None
+    synced_arrays: torch.Tensor | None = None
+    device: torch.device | None = None
+
+    def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
+        self.device = self.device or vec.device
+        self.rollout_pending = _merge(ROLLOUT, self.rollout_pending, vec)
+        self.rollouts.append(record)
+
+    def add_tokens(self, vec: torch.Tensor, layout: FieldLayout) -> None:
+        self.device = self.device or vec.device
+        self.tokens = _merge(layout, self.tokens, vec)
+
+    def add_generation(self, vec: torch.Tensor, record: GenerationRecord) -> None:
+        self.device = self.device or vec.device
+        self.ledger = _merge(LEDGER, self.ledger, vec)
+        self.generations.append(record)
+
+    def mark_synced(self, host_vec: torch.Tensor) -> None:
+        self.rollout_synced = _merge(ROLLOUT, self.rollout_synced, host_vec)
+        self.rollout_pending = None
+
+    def group_arrays(self) -> list[torch.Tensor]:
+        """Local per-group tensors needed on the host at the end of the step."""
+        out = []
+        for r in self.rollouts:
+            s = r.detail.stats
+            out += [s.std, r.detail.reward_sum, s.n, s.degenerate.double()]
+        for g in self.generations:
+            s = g.stats
+            out += [s.std, g.reward_sum, s.n, s.degenerate.double()]
+        return out

@@ -1,0 +1,85 @@
+"""Violations as data: a small record first, an exception or a warning second."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+#: Every invariant the monitor checks, with the sentence a reader sees in a message.
+INVARIANTS: dict[str, str] = {
+    "finite": "advantages are finite and rewards are finite or NaN (unscorable)",
+    "unscorable_rows": "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
+    "group_size": "every group has the declared size, and no group has a single row",
+    "zero_group_mean": "advantages have zero mean inside every group with reward variation",
+    "affine_in_rewards": "inside a group with variation, advantages are an increasing affine function of rewards",
+    "degenerate_zero": "groups whose rewards are all equal carry (near-)zero advantage",
+    "convention": "one std-scaling convention and one stabilizer hold across the batch and across steps",
+    "token_constant_advantage": "with outcome rewards, a row's advantage is the same on all of its valid tokens",
+    "mask_binary": "the loss mask holds only 0 and 1",
+    "finite_logprobs": "log-probabilities are finite on valid tokens",
+    "on_policy": "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """One invariant breach at one step.
+
+    ``observed`` and ``expected`` are short human-readable values, ``groups`` holds the
+    first offending group ids (as the user passed them), ``hint`` the likely cause, and
+    ``repro_path`` the file holding the offending tensors, when one was saved.
+    """
+
+    invariant: str
+    step: int
+    observed: Any
+    expected: Any
+    groups: tuple = ()
+    hint: str = ""
+    repro_path: str | None = None
+    count: int = 1
+
+    def message(self) -> str:
+        """The one-paragraph message shown in errors, warnings and alerts."""
+        desc = INVARIANTS.get(self.invariant, self.invariant)
+        text = (
+            f"step {self.step}: invariant '{self.invariant}' broken ({desc}); "
+            f"observed {self.observed}, expected {self.expected}"
+        )
+        if self.groups:
+            text += f"; first offending groups: {list(self.groups)}"
+        if self.hint:
+            text += f". Likely cause: {self.hint}"
+        if self.repro_path:
+            text += (
+                f". Offending tensors saved to {self.repro_path}; reproduce with "
+                f"`grpo_monitor.load_repro({self.repro_path!r})`"
+            )
+        return text
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (observed/expected stringified when not plain numbers)."""
+        out = dataclasses.asdict(self)
+        out["groups"] = [_jsonable(g) for g in self.groups]
+        out["observed"] = _jsonable(self.observed)
+        out["expected"] = _jsonable(self.expected)
+        out["message"] = self.message()
+        return out
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return str(value)
+
+
+class InvariantViolation(RuntimeError):
+    """Raised when an invariant breaks under the ``"raise"`` policy.
+
+    ``violations`` holds the :class:`Violation` records of the step.
+    """
+
+    def __init__(self, violations: Sequence[Violation]):
+        self.violations = list(violations)
+        lines = [v.message() for v in self.violations]
+        super().__init__("\n".join(lines) if lines else "invariant violation")
