@@ -1,0 +1,284 @@
+"""Per-question history across steps, and the intra-group correlation of binary outcomes.
+
+``QuestionHistory`` is fed once per step with per-group arrays already on the host. Its
+per-step work has no Python loop over responses: per-question sums come from one
+``np.bincount`` each, then one short loop over the step's distinct questions updates the
+bounded dict (least-recently-seen questions are evicted beyond ``cap``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import OrderedDict
+from typing import Any, Hashable, Iterable, Literal, Sequence
+
+import numpy as np
+
+
+def intra_group_correlation(successes: np.ndarray, counts: np.ndarray) -> float:
+    """ANOVA (Fleiss) estimate of the intra-class correlation of binary outcomes in groups.
+
+    With ``k`` groups of sizes ``n_i`` holding ``y_i`` successes, ``N = sum n_i``:
+    ``MSB = (sum y_i^2/n_i - (sum y_i)^2/N) / (k-1)``, ``MSW = (sum y_i - sum y_i^2/n_i) / (N-k)``,
+    ``n0 = (N - sum n_i^2/N) / (k-1)`` and ``rho = (MSB - MSW) / (MSB + (n0-1) MSW)``.
+    About 0 for iid Bernoulli groups, about ``rho`` for beta-binomial groups (rollouts of
+    one prompt sharing failure modes), at least ``-1/(n0-1)``. Empty groups are ignored;
+    NaN when fewer than two groups remain or no outcome varies.
+
+    >>> intra_group_correlation(np.array([0, 4, 0, 4]), np.array([4, 4, 4, 4]))
+    1.0
+    >>> intra_group_correlation(np.array([2, 2, 2, 2]), np.array([4, 4, 4, 4]))
+    -0.3333333333333333
+    """
+    y, n = _check_groups(successes, counts)
+    keep = n > 0
+    y, n = y[keep], n[keep]
+    k, total = len(n), n.sum()
+    if k < 2 or total <= k:
+        return math.nan
+    between_sq = np.sum(y * y / n)
+    msb = (between_sq - y.sum() ** 2 / total) / (k - 1)
+    msw = (y.sum() - between_sq) / (total - k)
+    n0 = (total - np.sum(n * n) / total) / (k - 1)
+    denominator = msb + (n0 - 1) * msw
+    return math.nan if denominator <= 0 else float((msb - msw) / denominator)
+
+
+def _check_groups(successes: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(successes, dtype=np.float64).reshape(-1)
+    n = np.asarray(counts, dtype=np.float64).reshape(-1)
+    if y.shape != n.shape:
+        raise ValueError(f"successes has shape {y.shape} but counts has shape {n.shape}; pass one entry per group")
+    if not (np.isfinite(n).all() and (n >= 0).all() and (n == np.round(n)).all()):
+        raise ValueError(f"Expected argument `counts` to hold integers >= 0 but got {n.tolist()}")
+    if not (np.isfinite(y).all() and (y >= 0).all() and (y <= n).all()):
+        raise ValueError(f"Expected argument `successes` to lie in [0, counts] per group but got {y.tolist()}")
+    return y, n
+
+
+@dataclasses.dataclass
+class _Record:
+    """What is kept about one question (sums and counts, never means)."""
+
+    times_seen: int = 0
+    times_filtered: int = 0
+    success_sum: float = 0.0
+    response_count: int = 0
+    last_reward_std: float = math.nan
+    stuck_streak: int = 0
+    last_step: int = -1
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(_Record))
+
+
+class QuestionHistory:
+    """Bounded per-question history: success rate, filtering and stuck questions.
+
+    ``times_seen`` and ``times_filtered`` count groups (attempts); the stuck streak counts
+    consecutive steps *in which the question appears* and every one of its groups was
+    filtered (steps without it neither extend nor break the streak).
+
+    >>> h = QuestionHistory(cap=2, stuck_after=1)
+    >>> h.update(0, ["a", "b"], np.array([0, 3]), np.array([4, 4]), np.array([True, False]), np.array([0.0, 0.43]))
+    >>> h.success_rate("b"), h.stuck_questions()
+    (0.75, ['a'])
+    """
+
+    def __init__(self, cap: int, stuck_after: int) -> None:
+        for name, value in (("cap", cap), ("stuck_after", stuck_after)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Expected argument `{name}` to be an int >= 1 but got {value!r}")
+        self.cap = cap
+        self.stuck_after = stuck_after
+        self._records: OrderedDict[Hashable, _Record] = OrderedDict()
+        self._last_step: int | None = None
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __contains__(self, question_id: Hashable) -> bool:
+        return question_id in self._records
+
+    def update(
+        self,
+        step: int,
+        question_ids: Sequence[Hashable],
+        successes: np.ndarray,
+        counts: np.ndarray,
+        filtered: np.ndarray,
+        reward_std: np.ndarray,
+    ) -> None:
+        """Fold one step's groups in: one entry per group in every argument.
+
+        ``successes`` is the number of reward-1 rows (or the reward sum), ``counts`` the
+        valid rows, ``filtered`` whether dynamic sampling discarded the group.
+        """
+        step = self._check_step(step)
+        codes, unique = _encode(question_ids)
+        y, n, dropped, stds = _check_update(len(codes), successes, counts, filtered, reward_std)
+        m = len(unique)
+        seen = np.bincount(codes, minlength=m)
+        n_filtered = np.bincount(codes, weights=dropped, minlength=m).astype(np.int64)
+        success_sums = np.bincount(codes, weights=y, minlength=m)
+        response_counts = np.bincount(codes, weights=n, minlength=m).astype(np.int64)
+        last_group = np.full(m, -1, dtype=np.int64)
+        np.maximum.at(last_group, codes, np.arange(len(codes)))
+        rows = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
+                   response_counts.tolist(), stds[last_group].tolist())
+        for qid, n_seen, n_drop, s_sum, r_count, std in rows:  # one pass over distinct questions
+            self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std)
+        while len(self._records) > self.cap:
+            self._records.popitem(last=False)
+
+    def _check_step(self, step: Any) -> int:
+        if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
+            raise ValueError(f"Expected argument `step` to be an int but got {step!r}")
+        if self._last_step is not None and step < self._last_step:
+            raise ValueError(f"Expected argument `step` to be >= the last step {self._last_step} but got {step}")
+        self._last_step = int(step)
+        return int(step)
+
+    def _fold(self, qid: Hashable, step: int, seen: int, dropped: int, s_sum: float, r_count: int, std: float) -> None:
+        record = self._records.pop(qid, None) or _Record()
+        all_filtered = dropped == seen
+        if record.last_step == step:  # a second batch of the same step: only a kept group breaks the streak
+            record.stuck_streak = record.stuck_streak if all_filtered else 0
+        else:
+            record.stuck_streak = record.stuck_streak + 1 if all_filtered else 0
+        record.times_seen += seen
+        record.times_filtered += dropped
+        record.success_sum += s_sum
+        record.response_count += r_count
+        record.last_reward_std = std
+        record.last_step = step
+        self._records[qid] = record  # most recently seen last
+
+    def success_rate(self, question_id: Hashable) -> float:
+        """Pooled success rate (mean reward) of a question; NaN before any valid response."""
+        record = self._records.get(question_id)
+        if record is None:
+            raise KeyError(f"question {question_id!r} has no history (never seen, or evicted beyond cap={self.cap})")
+        return record.success_sum / record.response_count if record.response_count else math.nan
+
+    def iid_degenerate_rate(
+        self,
+        question_ids: Sequence[Hashable],
+        group_sizes: int | Sequence[int] | np.ndarray,
+        *,
+        method: Literal["plugin", "unbiased"] = "plugin",
+    ) -> float:
+        """Degenerate-group rate independent sampling predicts for these groups.
+
+        Mean over groups of ``p_q^G + (1-p_q)^G`` with ``p_q`` the pooled success rate
+        (binary rewards). The plug-in overstates it when a question has few responses
+        (Jensen); ``method="unbiased"`` uses ``(C(S,G) + C(n-S,G)) / C(n,G)`` from the ``S``
+        successes of ``n`` pooled responses, unbiased for iid rewards (needs ``n >= G``).
+        Groups without usable history are left out; NaN when none remain.
+        """
+        sizes = np.broadcast_to(np.asarray(group_sizes), (len(question_ids),))
+        if not np.issubdtype(sizes.dtype, np.integer) or (sizes < 1).any():
+            received = np.asarray(group_sizes).tolist()
+            raise ValueError(f"Expected argument `group_sizes` to hold ints >= 1 but got {received}")
+        _check_choice(method, "method", ("plugin", "unbiased"))
+        rates = [self._degenerate(q, int(g), method) for q, g in zip(question_ids, sizes.tolist())]
+        rates = [r for r in rates if not math.isnan(r)]
+        return float(np.mean(rates)) if rates else math.nan
+
+    def _degenerate(self, question_id: Hashable, G: int, method: str) -> float:
+        record = self._records.get(question_id)
+        if record is None or record.response_count == 0:
+            return math.nan
+        S, n = record.success_sum, record.response_count
+        if not 0 <= S <= n or (method == "unbiased" and S != int(S)):
+            raise ValueError(
+                f"question {question_id!r} has success sum {S} over {n} responses; binary (0/1) rewards expected"
+            )
+        if method == "plugin":
+            p = S / n
+            return p**G + (1 - p) ** G
+        if n < G:
+            return math.nan
+        return (math.comb(int(S), G) + math.comb(n - int(S), G)) / math.comb(n, G)
+
+    def stuck_questions(self) -> list[Hashable]:
+        """Questions filtered in every attempt for at least ``stuck_after`` consecutive steps."""
+        return [q for q, r in self._records.items() if r.stuck_streak >= self.stuck_after]
+
+    def table_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Per-question rows for a table, most-filtered first (ties: most recently seen first)."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"Expected argument `limit` to be None or an int >= 0 but got {limit!r}")
+        items = list(self._records.items())
+        order = range(len(items) - 1, -1, -1)  # most recent first, so sort stability breaks ties by recency
+        key = lambda i: -items[i][1].times_filtered  # noqa: E731
+        chosen = sorted(order, key=key) if limit is None else heapq.nsmallest(limit, order, key=key)
+        return [_row(*items[i]) for i in chosen]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain Python state (JSON and ``torch.save`` friendly), questions oldest first."""
+        return {
+            "cap": self.cap,
+            "stuck_after": self.stuck_after,
+            "last_step": self._last_step,
+            "questions": [[qid, *dataclasses.astuple(r)] for qid, r in self._records.items()],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore ``state_dict()`` exactly (JSON turns tuple ids into lists; they come back as tuples)."""
+        missing = {"cap", "stuck_after", "last_step", "questions"} - set(state)
+        if missing:
+            raise KeyError(f"history state lacks {sorted(missing)}; pass the dict state_dict() returned")
+        restored = QuestionHistory(state["cap"], state["stuck_after"])
+        for qid, *values in state["questions"]:
+            restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values)))
+        self.cap, self.stuck_after = restored.cap, restored.stuck_after
+        self._records, self._last_step = restored._records, state["last_step"]
+
+
+def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:
+    rate = record.success_sum / record.response_count if record.response_count else math.nan
+    return {
+        "question_id": question_id,
+        "success_rate": rate,
+        "reward_std": record.last_reward_std,
+        "times_seen": record.times_seen,
+        "times_filtered": record.times_filtered,
+    }
+
+
+def _hashable(value: Any) -> Hashable:
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+def _check_choice(value: Any, name: str, choices: Iterable[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"Expected argument `{name}` to be one of {', '.join(choices)} but got {value!r}")
+
+
+def _encode(question_ids: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]]:
+    """Integer codes of the ids (first-appearance order) and the distinct ids."""
+    index: dict[Hashable, int] = {}
+    codes = [index.setdefault(q, len(index)) for q in question_ids]  # one pass over groups
+    return np.asarray(codes, dtype=np.int64), list(index)
+
+
+def _check_update(n_groups: int, successes: Any, counts: Any, filtered: Any, reward_std: Any):
+    arrays = {"successes": successes, "counts": counts, "filtered": filtered, "reward_std": reward_std}
+    arrays = {k: np.asarray(v).reshape(-1) for k, v in arrays.items()}
+    for name, array in arrays.items():
+        if array.shape != (n_groups,):
+            raise ValueError(
+                f"{name} has shape {array.shape} but question_ids has {n_groups} entries; pass one entry per group"
+            )
+    n = arrays["counts"].astype(np.float64)
+    if not (np.isfinite(n).all() and (n >= 0).all() and (n == np.round(n)).all()):
+        raise ValueError(f"Expected argument `counts` to hold integers >= 0 but got {n.tolist()}")
+    y = arrays["successes"].astype(np.float64)
+    if not np.isfinite(y).all():
+        raise ValueError(f"Expected argument `successes` to be finite but got {y.tolist()}")
+    if arrays["filtered"].dtype != np.bool_:
+        raise ValueError(f"Expected argument `filtered` to be a bool array but got dtype {arrays['filtered'].dtype}")
+    return y, n, arrays["filtered"].astype(np.float64), arrays["reward_std"].astype(np.float64)
