@@ -34,21 +34,25 @@ _MAX_GROUPS = 5
 
 def group_violations(
     counts: dict[str, float],
-    detail: RolloutDetail | None,
-    labels: Sequence[Hashable],
+    records: Sequence[tuple[RolloutDetail, Sequence[Hashable]]],
     config: MonitorConfig,
     step: int,
 ) -> list[Violation]:
-    """One record per group invariant whose breach count is positive."""
+    """One record per group invariant whose breach count is positive.
+
+    ``records`` are this rank's rollouts (detail, group labels); they are only read when
+    a count is positive, so a clean step moves nothing to the host.
+    """
     out = []
     for name in GROUP_INVARIANTS:
         n = int(counts.get(f"viol_{name}", 0))
         if n <= 0:
             continue
-        if detail is None or name not in detail.offending:
-            out.append(Violation(name, step, f"{n} offending groups on another rank", _expected(name, config), (), HINTS[name], count=n))
-            continue
-        observed, groups = _describe(name, detail, labels, counts)
+        local = next(((d, lab) for d, lab in records if name in d.offending and bool(d.offending[name].any())), None)
+        if local is None:
+            observed, groups = f"{n} offending groups on another rank", ()
+        else:
+            observed, groups = _describe(name, local[0], local[1], counts)
         out.append(Violation(name, step, observed, _expected(name, config), groups, HINTS[name], count=n))
     return out
 

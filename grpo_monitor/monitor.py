@@ -187,8 +187,7 @@ class GRPOMonitor:
     def _check_rollouts(self, host_vec: torch.Tensor) -> None:
         st = self._state
         values = ROLLOUT.to_dict(host_vec.tolist())
-        record = next((r for r in st.rollouts if any(bool(m.any()) for m in r.detail.offending.values())), None)
-        found = group_violations(values, record.detail if record else None, record.labels if record else (), self.config, self.step)
+        found = group_violations(values, [(r.detail, r.labels) for r in st.rollouts], self.config, self.step)
         fit = self._conventions.update(values)
         if fit is not None:
             st.convention = fit
