@@ -1,0 +1,38 @@
+"""Sinks: where step reports go (JSONL, TensorBoard, W&B, console).
+
+Exports are lazy: ``from grpo_monitor.sinks import JSONLSink`` imports neither wandb,
+tensorboard nor rich; each backend is imported by the sink method that first needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .base import Sink
+from .dispatch import SinkSet, SinkWarning
+
+#: Public name -> submodule that defines it.
+_LAZY = {
+    "JSONLSink": "jsonl",
+    "read_jsonl": "jsonl",
+    "TensorBoardSink": "tensorboard_sink",
+    "WandbSink": "wandb_sink",
+    "ConsoleSink": "console",
+    "read_wandb_records": "wandb_reader",
+    "build_workspace": "wandb_workspace",
+}
+
+__all__ = ["Sink", "SinkSet", "SinkWarning", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

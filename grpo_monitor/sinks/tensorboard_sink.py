@@ -1,0 +1,114 @@
+"""TensorBoard: scalars, histograms, violation text and a custom-scalars layout."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import re
+from typing import Any, Iterable, Sequence
+
+from ..report import StepReport
+from .base import Sink
+from .layout import KNOWN_KEYS, charts, section_of
+
+#: The text tag that holds a step's violation messages.
+VIOLATIONS_TAG = "grpo/violations"
+
+
+def custom_scalars_layout(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, dict[str, list]]:
+    """The ``SummaryWriter.add_custom_scalars`` layout for ``keys``.
+
+    Sections (Groups, Advantages, KL, Sampling, Invariants, Tokens) map chart titles to
+    ``["Multiline", tags]``; tags are anchored regexes, since TensorBoard treats them as
+    patterns and ``grpo/groups/degenerate_rate`` would otherwise also match ``..._iid``.
+
+    >>> custom_scalars_layout(["grpo/adv/stabilizer"])
+    {'Advantages': {'grpo/adv/stabilizer': ['Multiline', ['^grpo/adv/stabilizer$']]}}
+    """
+    return {
+        section: {title: ["Multiline", [f"^{re.escape(k)}$" for k in members]] for title, members in panels}
+        for section, panels in charts(keys).items()
+    }
+
+
+class TensorBoardSink(Sink):
+    """Writes each report to a TensorBoard event file in ``log_dir``.
+
+    Scalars go under their ``grpo/...`` keys, histograms (per-question reward std,
+    advantages) under theirs, violation messages as markdown text under
+    ``grpo/violations``. The custom-scalars layout is written on the first step and
+    rewritten when a key outside it appears. The ``SummaryWriter`` is created on first
+    use and exposed as :attr:`writer`; events are flushed after every step.
+    """
+
+    name = "tensorboard"
+
+    def __init__(self, log_dir: str | os.PathLike, **writer_kwargs: Any):
+        self.log_dir = os.fspath(log_dir)
+        self.writer_kwargs = writer_kwargs
+        self._writer = None
+        self._layout_keys: set[str] = set()
+
+    @property
+    def writer(self):
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access)."""
+        if self._writer is None:
+            if importlib.util.find_spec("tensorboard") is None:
+                raise ModuleNotFoundError(
+                    "TensorBoardSink needs the `tensorboard` package; install it with "
+                    "`pip install grpo-monitor[tensorboard]`"
+                )
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._writer = SummaryWriter(log_dir=self.log_dir, **self.writer_kwargs)
+        return self._writer
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self._update_layout(metrics)
+        for key, value in metrics.items():
+            self.writer.add_scalar(key, float(value), global_step=step)
+
+    def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
+        finite = [float(v) for v in values if math.isfinite(float(v))]
+        if finite:  # TensorBoard cannot bin an empty or all-NaN histogram
+            import numpy as np
+
+            self.writer.add_histogram(key, np.asarray(finite, dtype=np.float64), global_step=step)
+
+    def log_text(self, key: str, text: str, step: int) -> None:
+        """Write markdown ``text`` under ``key`` for ``step``."""
+        self.writer.add_text(key, text, global_step=step)
+
+    def log_report(self, report: StepReport) -> None:
+        self.log(report.metrics, report.step)
+        for key, values in report.histograms.items():
+            self.log_histogram(key, values, report.step)
+        if report.violations:
+            lines = [f"- **{v.invariant}**: {v.message()}" for v in report.violations]
+            if report.failed:
+                lines.insert(0, f"**Run stopped by a breach at step {report.step}.**\n")
+            self.log_text(VIOLATIONS_TAG, "\n".join(lines), report.step)
+        self.writer.flush()
+
+    def _update_layout(self, metrics: dict[str, float]) -> None:
+        new = {k for k in metrics if section_of(k) is not None} - self._layout_keys
+        if self._layout_keys and not new:
+            return
+        self._layout_keys |= set(KNOWN_KEYS) | new
+        # TensorBoard shows the latest layout written, so a rewrite replaces the first one.
+        self.writer.add_custom_scalars(custom_scalars_layout(sorted(self._layout_keys, key=_known_first)))
+
+    def finish(self, failed: bool = False) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+            self._writer.close()
+            self._writer = None
+
+
+def _known_first(key: str) -> tuple[int, str]:
+    """Sort key: the known keys in their documented order, then others alphabetically."""
+    try:
+        return (KNOWN_KEYS.index(key), "")
+    except ValueError:
+        return (len(KNOWN_KEYS), key)

@@ -1,0 +1,161 @@
+"""Weights & Biases: one history row per step on a ``grpo/step`` axis, alerts on breaches."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from typing import Any, Sequence
+
+from ..report import StepReport
+from .base import Sink
+from .layout import STEP_KEY
+
+#: Columns of the per-question table, in display order (extra columns follow).
+QUESTION_COLUMNS = ("question_id", "success_rate", "reward_std", "times_seen", "times_filtered")
+_LEVELS = {"INFO": "INFO", "WARN": "WARN", "WARNING": "WARN", "ERROR": "ERROR"}
+
+
+def _require_wandb() -> None:
+    if importlib.util.find_spec("wandb") is None:
+        raise ModuleNotFoundError(
+            "WandbSink needs the `wandb` package; install it with `pip install grpo-monitor[wandb]`"
+        )
+
+
+def _summary_for(key: str) -> str:
+    """Run-summary aggregate of a scalar: violation counts keep their max, others their last."""
+    return "max" if key.startswith("grpo/invariants/") else "last"
+
+
+def _cell(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
+
+
+class WandbSink(Sink):
+    """Logs each report as one W&B history row, with ``grpo/step`` as the x axis.
+
+    With ``run`` given, logs into it. Otherwise, when ``attach_to_active_run`` and a run
+    is already active (TRL and the HF Trainer start one: ``wandb.run`` is not None), logs
+    into that run instead of opening a second one; else calls
+    ``wandb.init(**wandb_init_kwargs)`` on first use. Scalars get a summary defined on
+    their exact key as they first appear (``max`` for ``grpo/invariants/...``, ``last``
+    otherwise); histograms go out as ``wandb.Histogram``; each table of the report (the
+    per-question ``grpo/questions``) as a ``wandb.Table`` every ``table_every`` steps and
+    on the failing step. Each violation raises ``run.alert`` (level ERROR when the step
+    ends the run, WARN otherwise). ``finish(failed=True)`` ends the run with exit code 1
+    so it shows as failed, even a run it attached to (the breach ends training);
+    ``finish(failed=False)`` ends only a run this sink opened. With
+    ``attach_to_active_run=False`` while a run is active, pass ``reinit="create_new"``,
+    else ``wandb.init`` finishes the active run before opening this one.
+    """
+
+    name = "wandb"
+
+    def __init__(
+        self,
+        run: Any = None,
+        *,
+        table_every: int = 10,
+        attach_to_active_run: bool = True,
+        step_key: str = STEP_KEY,
+        **wandb_init_kwargs: Any,
+    ):
+        if not isinstance(table_every, int) or table_every < 1:
+            raise ValueError(f"Expected argument `table_every` to be an int >= 1 but got {table_every!r}")
+        self.table_every = table_every
+        self.attach_to_active_run = attach_to_active_run
+        self.step_key = step_key
+        self.wandb_init_kwargs = wandb_init_kwargs
+        self._run = run
+        self._owns_run = False
+        self._defined: set[str] = set()
+        self._last_table_step: int | None = None
+
+    @property
+    def run(self):
+        """The W&B run written to (attached or opened on first access)."""
+        if self._run is None:
+            _require_wandb()
+            import wandb
+
+            if self.attach_to_active_run and wandb.run is not None:
+                self._run = wandb.run
+            else:
+                self._run, self._owns_run = wandb.init(**self.wandb_init_kwargs), True
+        if not self._defined:
+            self._run.define_metric(self.step_key)
+            self._run.define_metric("grpo/*", step_metric=self.step_key)
+            self._defined.add(self.step_key)
+        return self._run
+
+    def _scalars(self, metrics: dict[str, float]) -> dict[str, float]:
+        """``metrics`` as floats, defining each new key's summary before its first value."""
+        run = self.run
+        for key in metrics:
+            if key not in self._defined:
+                run.define_metric(key, step_metric=self.step_key, summary=_summary_for(key))
+                self._defined.add(key)
+        return {key: float(value) for key, value in metrics.items()}
+
+    @staticmethod
+    def _histogram(values: Sequence[float]):
+        import wandb
+
+        finite = [float(v) for v in values if math.isfinite(float(v))]
+        return wandb.Histogram(finite) if finite else None
+
+    @staticmethod
+    def _table(rows: list[dict[str, Any]]):
+        import wandb
+
+        extra = [k for row in rows for k in row if k not in QUESTION_COLUMNS]
+        columns = [c for c in QUESTION_COLUMNS if any(c in row for row in rows)] + list(dict.fromkeys(extra))
+        return wandb.Table(columns=columns, data=[[_cell(row.get(c)) for c in columns] for row in rows])
+
+    def _table_due(self, report: StepReport) -> bool:
+        last = self._last_table_step
+        return report.failed or last is None or report.step - last >= self.table_every
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log({self.step_key: step, **self._scalars(metrics)})
+
+    def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
+        run = self.run
+        histogram = self._histogram(values)
+        if histogram is not None:
+            run.log({self.step_key: step, key: histogram})
+
+    def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
+        self.run.log({self.step_key: step, key: self._table(rows)})
+
+    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
+        if level.upper() not in _LEVELS:
+            raise ValueError(f"Expected argument `level` to be one of INFO, WARN, ERROR but got {level!r}")
+        import wandb
+
+        self.run.alert(title=title[:63], text=text, level=wandb.AlertLevel(_LEVELS[level.upper()]))
+
+    def log_report(self, report: StepReport) -> None:
+        """One history row with the scalars, histograms and (when due) tables of the step."""
+        row: dict[str, Any] = {self.step_key: report.step, **self._scalars(report.metrics)}
+        for key, values in report.histograms.items():
+            histogram = self._histogram(values)
+            if histogram is not None:
+                row[key] = histogram
+        if report.tables and self._table_due(report):
+            row.update({key: self._table(rows) for key, rows in report.tables.items()})
+            self._last_table_step = report.step
+        self.run.log(row)
+        if report.convention is not None:
+            self.run.summary["grpo/convention"] = report.convention
+        for v in report.violations:
+            # One title per invariant, so W&B's per-title wait_duration rate-limits repeats.
+            self.alert(f"grpo-monitor: '{v.invariant}' broken", v.message(), "ERROR" if report.failed else "WARN")
+
+    def finish(self, failed: bool = False) -> None:
+        run, self._run = self._run, None
+        owned, self._owns_run = self._owns_run, False
+        self._defined.clear()
+        self._last_table_step = None
+        if run is not None and (owned or failed):
+            run.finish(exit_code=1 if failed else 0)

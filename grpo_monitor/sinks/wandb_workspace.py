@@ -1,0 +1,75 @@
+"""A saved W&B workspace for grpo-monitor runs, built as data (saving is the CLI's job).
+
+Sections Groups, Advantages, KL, Sampling, Invariants and Tokens hold line plots with
+``grpo/step`` on the x axis, one per key or per group of related keys (the layout of
+:mod:`grpo_monitor.sinks.layout`, shared with TensorBoard): e.g. the observed degenerate
+rate beside its iid prediction, and the three KL estimators together.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from .layout import KNOWN_KEYS, STEP_KEY, charts
+
+#: The per-question table the W&B sink logs; shown in the Groups section.
+QUESTIONS_TABLE = "grpo/questions"
+
+
+def _require_workspaces() -> None:
+    if importlib.util.find_spec("wandb_workspaces") is None:
+        raise ModuleNotFoundError(
+            "building a W&B workspace needs the `wandb-workspaces` package; install it with "
+            "`pip install grpo-monitor[wandb]`"
+        )
+
+
+def build_workspace(entity: str, project: str, name: str = "grpo-monitor"):
+    """The ``wandb_workspaces.workspaces.Workspace`` of the grpo-monitor panels (not saved).
+
+    Pure: builds objects only; ``workspace.save()`` needs network and an API key.
+    """
+    for arg, value in (("entity", entity), ("project", project), ("name", name)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"Expected argument `{arg}` to be a non-empty string but got {value!r}")
+    _require_workspaces()
+    import wandb_workspaces.reports.v2 as wr
+    import wandb_workspaces.workspaces as ws
+
+    sections = []
+    for section, panels in charts(KNOWN_KEYS).items():
+        plots: list[Any] = [wr.LinePlot(title=title, x=STEP_KEY, y=list(keys)) for title, keys in panels]
+        if section == "Groups":
+            plots.append(wr.WeavePanelSummaryTable(table_name=QUESTIONS_TABLE))
+        sections.append(ws.Section(name=section, panels=plots, is_open=True))
+    return ws.Workspace(
+        entity=entity,
+        project=project,
+        name=name,
+        sections=sections,
+        settings=ws.WorkspaceSettings(x_axis=STEP_KEY),
+    )
+
+
+def describe_workspace(workspace: Any) -> dict[str, Any]:
+    """A JSON-ready summary of a workspace: sections, and per panel its type, title, axes."""
+    return {
+        "entity": workspace.entity,
+        "project": workspace.project,
+        "name": workspace.name,
+        "x_axis": workspace.settings.x_axis,
+        "sections": [
+            {"name": section.name, "panels": [_describe_panel(p) for p in section.panels]}
+            for section in workspace.sections
+        ],
+    }
+
+
+def _describe_panel(panel: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": type(panel).__name__}
+    for field in ("title", "x", "y", "table_name"):
+        value = getattr(panel, field, None)
+        if value is not None:
+            out[field] = list(value) if isinstance(value, (list, tuple)) else value
+    return out

@@ -1,0 +1,29 @@
+"""Importing and constructing sinks imports no optional backend and touches no file."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_import_and_construct_without_backends(tmp_path):
+    """`from grpo_monitor.sinks import ...` and constructing every sink import no wandb/tensorboard/rich."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from grpo_monitor.sinks import (ConsoleSink, JSONLSink, SinkSet, TensorBoardSink,
+                                        WandbSink, read_jsonl, read_wandb_records, build_workspace)
+        d = {str(tmp_path)!r}
+        SinkSet([JSONLSink(d + "/a/s.jsonl"), TensorBoardSink(d + "/tb"), WandbSink(project="p"),
+                 ConsoleSink()])
+        heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"wandb", "tensorboard", "rich", "wandb_workspaces"}})
+        print(heavy)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+    assert list(tmp_path.iterdir()) == []
