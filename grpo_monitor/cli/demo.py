@@ -1,0 +1,89 @@
+"""``grpo-monitor demo``: train seed 000's teaching model with GRPO and the monitor attached.
+
+Exit code 0 for a clean run, 1 when an invariant broke (``--inject-bug``), 2 for bad
+arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ..demo import BUGS, DemoConfig
+from ..demo.summary import failure_text, summary_text
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``demo`` on the ``grpo-monitor`` subparsers."""
+    parser = subparsers.add_parser(
+        "demo",
+        help="train a teaching model with GRPO and the monitor attached (seconds, CPU)",
+        description="Train seed 000's teaching model (K questions, each answered correctly with probability "
+        "sigmoid(z_q), rewards 0/1) with a real GRPO update and the monitor attached. Writes the JSONL log, "
+        "TensorBoard events, a W&B offline run (when W&B is installed) and an HTML report to --out.",
+    )
+    parser.add_argument("--out", default=None, help="output folder (default runs/demo, or runs/demo-<bug>)")
+    parser.add_argument("--steps", type=int, default=DemoConfig.steps, help=f"training steps (default {DemoConfig.steps})")
+    parser.add_argument("--group-size", "-G", type=int, default=DemoConfig.group_size, help="responses per question G")
+    parser.add_argument("--questions", type=int, default=DemoConfig.num_questions, help="questions K in the data set")
+    parser.add_argument("--groups-per-step", type=int, default=DemoConfig.groups_per_step, help="groups per batch B")
+    parser.add_argument("--dynamic-sampling", action="store_true",
+                        help="DAPO-style: regenerate until every group in the batch has reward variation")
+    parser.add_argument("--max-gen-batches", type=int, default=DemoConfig.max_gen_batches,
+                        help="retry cap: generation batches per step with --dynamic-sampling")
+    parser.add_argument("--lr", type=float, default=DemoConfig.lr, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=DemoConfig.seed, help="random seed")
+    wandb = parser.add_mutually_exclusive_group()
+    wandb.add_argument("--wandb", dest="wandb", action="store_true", default=None,
+                       help="log a W&B offline run (default: when wandb is installed)")
+    wandb.add_argument("--no-wandb", dest="wandb", action="store_false", help="no W&B run")
+    parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard events")
+    parser.add_argument("--no-report", action="store_true", help="skip the HTML report")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--inject-bug", metavar="NAME", choices=sorted(BUGS), default=None,
+                        help="rerun with a known implementation bug (see --list-bugs)")
+    parser.add_argument("--list-bugs", action="store_true", help="list the injectable bugs and exit")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def list_bugs() -> str:
+    """One line per bug: name, what it does, the invariants that catch it."""
+    width = max(len(name) for name in BUGS)
+    lines = ["Injectable bugs (grpo-monitor demo --inject-bug NAME):"]
+    for bug in BUGS.values():
+        lines.append(f"  {bug.name.ljust(width)}  {bug.summary}  [caught by: {', '.join(bug.invariants)}]")
+    return "\n".join(lines)
+
+
+def _config(args: argparse.Namespace) -> DemoConfig:
+    return DemoConfig(
+        steps=args.steps, num_questions=args.questions, groups_per_step=args.groups_per_step,
+        group_size=args.group_size, dynamic_sampling=args.dynamic_sampling, max_gen_batches=args.max_gen_batches,
+        lr=args.lr, seed=args.seed,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the demo; print the summary (or the breach) and return the exit code."""
+    if args.list_bugs:
+        print(list_bugs())
+        return 0
+    try:
+        config = _config(args)
+    except ValueError as exc:
+        print(f"grpo-monitor demo: error: {exc}", file=sys.stderr)
+        return 2
+    from ..demo import run_demo
+
+    out = args.out or ("runs/demo" if args.inject_bug is None else f"runs/demo-{args.inject_bug}")
+    result = run_demo(
+        config, out, bug=args.inject_bug, wandb=args.wandb, tensorboard=not args.no_tensorboard,
+        progress=not args.no_progress, report=not args.no_report,
+    )
+    if result.failed:
+        print(failure_text(result), file=sys.stderr)
+        return 1
+    print(summary_text(result))
+    return 0

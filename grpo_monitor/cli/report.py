@@ -1,0 +1,43 @@
+"""``grpo-monitor report RUN``: PNG figures and one self-contained HTML page from a JSONL log."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``report`` on the ``grpo-monitor`` subparsers."""
+    parser = subparsers.add_parser(
+        "report",
+        help="PNG figures and a self-contained HTML page from a run's JSONL log",
+        description="Read a run's JSONL log (RUN is the run folder or the .jsonl file) and write plots/*.png "
+        "and report.html (images inlined, no external assets): degenerate rate against the iid prediction, "
+        "effective prompts, per-question reward std over time, advantage invariants, KL estimators, "
+        "the dynamic-sampling ledger, and every violation on the time axis.",
+    )
+    parser.add_argument("run", metavar="RUN", help="run folder holding monitor.jsonl, or a JSONL file")
+    parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the report; exit code 2 when the log is missing or unreadable."""
+    try:
+        import matplotlib  # noqa: F401
+    except ModuleNotFoundError:
+        print("grpo-monitor report: error: needs matplotlib; install it with `pip install grpo-monitor[plots]`",
+              file=sys.stderr)
+        return 2
+    from ..reporting import build_report
+
+    try:
+        page = build_report(args.run, args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"grpo-monitor report: error: {exc}", file=sys.stderr)
+        return 2
+    print(f"report: {page}")
+    print(f"plots:  {page.parent / 'plots'}")
+    return 0

@@ -1,0 +1,50 @@
+"""Offline report of a run: PNG figures and one self-contained HTML page from the JSONL log.
+
+>>> from grpo_monitor.reporting import FIGURES
+>>> [f.name for f in FIGURES][:2]
+['violations', 'degenerate']
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+from .data import RunData, find_log, load_run
+from .html import render_page
+from .plots import FIGURES, FigureSpec
+
+__all__ = ["FIGURES", "FigureSpec", "RunData", "build_report", "find_log", "load_run", "render_figures"]
+
+
+def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], list[str]]:
+    """(name, title, caption, PNG bytes) of every figure the run has data for, and notes on the others."""
+    figures, notes = [], []
+    for spec in FIGURES:
+        fig = spec.draw(run)
+        if fig is None:
+            if spec.name != "violations":
+                notes.append(f"{spec.title}: no data in this run.")
+            continue
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=100)
+        figures.append((spec.name, spec.title, spec.caption, buffer.getvalue()))
+    return figures, notes
+
+
+def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> Path:
+    """Write ``plots/<name>.png`` and ``report.html`` into ``out_dir`` (default: the run folder).
+
+    Returns the path of the HTML page.
+    """
+    data = load_run(run)
+    out = Path(out_dir) if out_dir is not None else data.path.parent
+    plots = out / "plots"
+    plots.mkdir(parents=True, exist_ok=True)
+    figures, notes = render_figures(data)
+    for name, _, _, png in figures:
+        (plots / f"{name}.png").write_bytes(png)
+    page = out / "report.html"
+    page.write_text(render_page(data, figures, notes), encoding="utf-8")
+    return page

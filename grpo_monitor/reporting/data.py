@@ -1,0 +1,151 @@
+"""A run's JSONL log as arrays: one row per step, NaN where a metric is absent.
+
+The log is the JSONL sink's output (one ``StepReport.to_dict()`` per line). A demo run
+also holds ``theory.jsonl``: what the policy's own success probabilities predict per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..sinks.jsonl import read_jsonl
+
+#: File names looked for in a run folder, in order.
+LOG_NAMES = ("monitor.jsonl", "grpo_monitor.jsonl", "metrics.jsonl")
+THEORY_NAME = "theory.jsonl"
+META_NAME = "run.json"
+
+
+@dataclasses.dataclass
+class ViolationMark:
+    """One violation on the time axis."""
+
+    step: int
+    invariant: str
+    message: str
+    failed: bool
+    repro_path: str | None
+
+
+@dataclasses.dataclass
+class RunData:
+    """Per-step arrays of a run (``steps`` sorted; a repeated step keeps its last record)."""
+
+    path: Path
+    steps: np.ndarray
+    metrics: dict[str, np.ndarray]
+    histograms: dict[str, list[list[float] | None]]
+    violations: list[ViolationMark]
+    conventions: list[str | None]
+    theory: dict[str, np.ndarray]
+    failed_step: int | None
+    meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def series(self, key: str) -> np.ndarray | None:
+        """The metric's values per step, or None when it never appears."""
+        return self.metrics.get(key)
+
+    def has(self, key: str) -> bool:
+        values = self.metrics.get(key)
+        return values is not None and bool(np.isfinite(values).any())
+
+    @property
+    def convention(self) -> str | None:
+        """The last convention the monitor reported."""
+        return next((c for c in reversed(self.conventions) if c), None)
+
+
+def find_log(run: str | os.PathLike) -> Path:
+    """The JSONL log of ``run`` (a folder or the file itself), or a worded FileNotFoundError."""
+    path = Path(run)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise FileNotFoundError(f"run {str(path)!r} is neither a folder nor a JSONL file")
+    for name in LOG_NAMES:
+        if (path / name).is_file():
+            return path / name
+    logs = sorted(p for p in path.glob("*.jsonl") if p.name != THEORY_NAME)
+    if len(logs) == 1:
+        return logs[0]
+    found = [p.name for p in logs] or "none"
+    raise FileNotFoundError(
+        f"run folder {str(path)!r} has no monitor log: expected one of {list(LOG_NAMES)} or a single *.jsonl "
+        f"(found {found}); pass the JSONL file itself"
+    )
+
+
+def load_run(run: str | os.PathLike) -> RunData:
+    """Read the log (and ``theory.jsonl`` next to it, when present) into :class:`RunData`."""
+    log = find_log(run)
+    records = _by_step(read_jsonl(log))
+    if not records:
+        raise ValueError(f"{log} holds no step records; expected one StepReport.to_dict() per line")
+    steps = np.array(sorted(records), dtype=np.int64)
+    keys = sorted({k for r in records.values() for k in r.get("metrics", {})})
+    metrics = {k: np.array([_num(records[s].get("metrics", {}).get(k)) for s in steps]) for k in keys}
+    hist_keys = sorted({k for r in records.values() for k in (r.get("histograms") or {})})
+    histograms = {k: [(records[s].get("histograms") or {}).get(k) for s in steps] for k in hist_keys}
+    marks = [_mark(v, int(s), bool(records[s].get("failed"))) for s in steps for v in records[s].get("violations") or []]
+    failed = [int(s) for s in steps if records[s].get("failed")]
+    return RunData(
+        path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
+        conventions=[records[s].get("convention") for s in steps], theory=_theory(log.parent / THEORY_NAME, steps),
+        failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME),
+    )
+
+
+def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    out: dict[int, dict[str, Any]] = {}
+    for r in records:
+        if isinstance(r, dict) and isinstance(r.get("step"), int):
+            previous = out.get(r["step"], {})
+            merged = {**previous, **r, "metrics": {**previous.get("metrics", {}), **(r.get("metrics") or {})}}
+            out[r["step"]] = merged
+    return out
+
+
+def _num(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _mark(v: dict[str, Any], step: int, failed: bool) -> ViolationMark:
+    return ViolationMark(
+        step=int(v.get("step", step)), invariant=str(v.get("invariant", "?")), message=str(v.get("message", "")),
+        failed=failed, repro_path=v.get("repro_path"),
+    )
+
+
+def _meta(path: Path) -> dict[str, Any]:
+    """The run's settings (``run.json``, written by the demo), or {}."""
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _theory(path: Path, steps: np.ndarray) -> dict[str, np.ndarray]:
+    """Scalar columns of ``theory.jsonl`` aligned with ``steps`` (empty when absent)."""
+    if not path.is_file():
+        return {}
+    rows = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            rows[row["step"]] = row
+    keys = sorted({k for r in rows.values() for k, v in r.items() if isinstance(v, (int, float)) and k != "step"})
+    return {k: np.array([_num(rows.get(int(s), {}).get(k)) for s in steps]) for k in keys}
