@@ -9,7 +9,6 @@ bounded dict (least-recently-seen questions are evicted beyond ``cap``).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections import OrderedDict
 from typing import Any, Hashable, Iterable, Literal, Sequence
@@ -94,6 +93,7 @@ class QuestionHistory:
         self.cap = cap
         self.stuck_after = stuck_after
         self._records: OrderedDict[Hashable, _Record] = OrderedDict()
+        self._stuck: OrderedDict[Hashable, None] = OrderedDict()  # stuck ids, in the records' order
         self._last_step: int | None = None
 
     def __len__(self) -> int:
@@ -131,7 +131,7 @@ class QuestionHistory:
         for qid, n_seen, n_drop, s_sum, r_count, std in rows:  # one pass over distinct questions
             self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std)
         while len(self._records) > self.cap:
-            self._records.popitem(last=False)
+            self._stuck.pop(self._records.popitem(last=False)[0], None)
 
     def _check_step(self, step: Any) -> int:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
@@ -155,6 +155,9 @@ class QuestionHistory:
         record.last_reward_std = std
         record.last_step = step
         self._records[qid] = record  # most recently seen last
+        self._stuck.pop(qid, None)
+        if record.stuck_streak >= self.stuck_after:
+            self._stuck[qid] = None  # kept incrementally: no per-step scan of the whole history
 
     def success_rate(self, question_id: Hashable) -> float:
         """Pooled success rate (mean reward) of a question; NaN before any valid response."""
@@ -205,17 +208,17 @@ class QuestionHistory:
 
     def stuck_questions(self) -> list[Hashable]:
         """Questions filtered in every attempt for at least ``stuck_after`` consecutive steps."""
-        return [q for q, r in self._records.items() if r.stuck_streak >= self.stuck_after]
+        return list(self._stuck)
 
     def table_rows(self, limit: int | None = None) -> list[dict[str, Any]]:
         """Per-question rows for a table, most-filtered first (ties: most recently seen first)."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise ValueError(f"Expected argument `limit` to be None or an int >= 0 but got {limit!r}")
         items = list(self._records.items())
-        order = range(len(items) - 1, -1, -1)  # most recent first, so sort stability breaks ties by recency
-        key = lambda i: -items[i][1].times_filtered  # noqa: E731
-        chosen = sorted(order, key=key) if limit is None else heapq.nsmallest(limit, order, key=key)
-        return [_row(*items[i]) for i in chosen]
+        filtered = np.fromiter((r.times_filtered for _, r in items), dtype=np.int64, count=len(items))
+        recency = np.arange(len(items))  # most recently seen last
+        chosen = np.lexsort((-recency, -filtered))[:limit]  # one vectorised sort: no Python key per question
+        return [_row(*items[i]) for i in chosen.tolist()]
 
     def state_dict(self) -> dict[str, Any]:
         """Plain Python state (JSON and ``torch.save`` friendly), questions oldest first."""
@@ -236,6 +239,7 @@ class QuestionHistory:
             restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values)))
         self.cap, self.stuck_after = restored.cap, restored.stuck_after
         self._records, self._last_step = restored._records, state["last_step"]
+        self._stuck = OrderedDict((q, None) for q, r in self._records.items() if r.stuck_streak >= self.stuck_after)
 
 
 def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:

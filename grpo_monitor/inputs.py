@@ -12,6 +12,8 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 import torch
 
+from .stats.segments import Segments
+
 _NUMERIC_KINDS = "biuf"
 
 
@@ -47,7 +49,7 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
     torch.int64
     """
     if isinstance(value, torch.Tensor):
-        tensor = value
+        tensor = value.detach()  # the monitor never needs gradients; keeps it off the autograd graph
     elif isinstance(value, np.ndarray):
         if value.dtype.kind not in _NUMERIC_KINDS:
             raise InputTypeError(f"{name} must hold numbers, but got a numpy array of dtype {value.dtype}")
@@ -61,6 +63,8 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
         raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
     if tensor.is_complex():
         raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
+    if tensor.device.type == "meta":
+        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); pass a materialised tensor")
     return tensor
 
 
@@ -77,10 +81,18 @@ class GroupLayout:
     num_groups: int
     labels: Sequence[Hashable]
     shape: tuple[int, ...]
+    block: int | None = None  # G when the groups are contiguous blocks of G rows
+
+    def segments(self) -> Segments:
+        """The grouping for the reductions (dense ``(B, G)`` when the groups are blocks)."""
+        return Segments(self.gid, self.num_groups, self.block)
 
 
 def group_layout(rewards: Any, group_ids: Any = None, group_size: int | None = None) -> GroupLayout:
-    """Resolve the three accepted layouts: ``(B, G)``, flat with ids, flat with ``group_size``."""
+    """Resolve the three accepted layouts: ``(B, G)``, flat with ids, flat with ``group_size``.
+
+    Empty rewards (``(0, G)``, ``(B, 0)`` or ``(0,)``) give an empty layout in every case.
+    """
     r = as_tensor(rewards, "rewards")
     if r.dim() not in (1, 2):
         raise InputValueError(
@@ -92,10 +104,12 @@ def group_layout(rewards: Any, group_ids: Any = None, group_size: int | None = N
             raise InputValueError("group_ids must be None when rewards are (B, G): each row is one group")
         b, g = r.shape
         gid = torch.arange(b, device=r.device).repeat_interleave(g)
-        return GroupLayout(flat, gid, b, range(b), tuple(r.shape))
+        return GroupLayout(flat, gid, b, range(b), tuple(r.shape), block=g)
     if group_ids is not None:
         gid, labels = factorize(group_ids, len(flat), flat.device)
         return GroupLayout(flat, gid, len(labels), labels, tuple(r.shape))
+    if group_size is None and len(flat) == 0:
+        return GroupLayout(flat, torch.zeros(0, dtype=torch.int64, device=r.device), 0, range(0), tuple(r.shape))
     if group_size is None:
         raise InputValueError(
             f"flat rewards of shape {tuple(r.shape)} need group_ids, or config.group_size for contiguous groups"
@@ -107,26 +121,38 @@ def group_layout(rewards: Any, group_ids: Any = None, group_size: int | None = N
         )
     n_groups = len(flat) // group_size
     gid = torch.arange(n_groups, device=r.device).repeat_interleave(group_size)
-    return GroupLayout(flat, gid, n_groups, range(n_groups), tuple(r.shape))
+    return GroupLayout(flat, gid, n_groups, range(n_groups), tuple(r.shape), block=group_size)
 
 
 def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor, list[Hashable]]:
     """Dense group index and the unique ids in order of first appearance."""
     if isinstance(ids, torch.Tensor) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "biu"):
-        t = torch.as_tensor(ids).reshape(-1)
+        t = torch.as_tensor(ids)
         if t.is_floating_point() or t.is_complex():
             raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
+        if t.dim() != 1:
+            raise InputValueError(f"group_ids has shape {tuple(t.shape)} but rewards has shape ({length},); pass one id per row")
         _check_length(len(t), length)
         uniq, inverse = torch.unique(t.to(device), return_inverse=True)
         return inverse, uniq.tolist()
-    seq = list(ids.tolist() if isinstance(ids, np.ndarray) else ids)
+    seq = _id_list(ids, "group_ids")
     _check_length(len(seq), length)
     index: dict[Hashable, int] = {}
-    try:
-        dense = [index.setdefault(x, len(index)) for x in seq]
+    try:  # one dict lookup per row, straight into an int64 array (no list of a million ints)
+        dense = np.fromiter((index.setdefault(x, len(index)) for x in seq), dtype=np.int64, count=len(seq))
     except TypeError as exc:
         raise InputTypeError(f"group_ids must be hashable (ints or strings such as verl's uid), got {exc}") from exc
-    return torch.tensor(dense, dtype=torch.int64, device=device), list(index)
+    return torch.from_numpy(dense).to(device), list(index)
+
+
+def _id_list(ids: Any, name: str) -> list[Hashable]:
+    """``ids`` (a sequence, array or tensor of hashable ids) as a list."""
+    if isinstance(ids, (str, bytes, dict, set, frozenset)) or not hasattr(ids, "__iter__"):
+        raise InputTypeError(f"{name} must be a list, array or tensor of ids, but got {type(ids).__name__}")
+    seq = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
+    if not isinstance(seq, list):  # a 0-d array or tensor
+        raise InputValueError(f"{name} must be one-dimensional, but got a scalar {seq!r}")
+    return seq
 
 
 def _check_length(got: int, want: int) -> None:
@@ -148,9 +174,15 @@ def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
 
 def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
     """Question ids given per group (len B) or per row (len N) as one id per group."""
-    ids = question_ids.tolist() if isinstance(question_ids, (np.ndarray, torch.Tensor)) else list(question_ids)
+    ids = _id_list(question_ids, "question_ids")
+    try:
+        set(ids)
+    except TypeError as exc:
+        raise InputTypeError(f"question_ids must be hashable (ints, strings or tuples), got {exc}") from exc
     if len(ids) == layout.num_groups:
         return ids
+    if len(ids) == len(layout.rewards) and layout.block:  # contiguous blocks: the first row of each
+        return ids[:: layout.block]
     if len(ids) == len(layout.rewards):
         first = torch.full((layout.num_groups,), len(ids), dtype=torch.int64)
         rows = torch.arange(len(ids), dtype=torch.int64)
