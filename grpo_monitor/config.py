@@ -22,12 +22,15 @@ class Tolerances(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     zero_group_mean: float = Field(1e-3, gt=0, description="max |group mean of advantages| / typical |advantage|")
-    affine_residual: float = Field(1e-3, gt=0, description="max residual of a = k (r - mean) + b / typical |advantage|")
+    affine_residual: float = Field(
+        1e-3, gt=0, description="max over groups of the rms residual of a = k (r - mean) + b / typical |advantage|"
+    )
     degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
     convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
     max_stabilizer_ratio: float = Field(
-        0.05, ge=0, description="largest plausible stabilizer, as a fraction of the median reward std of live groups"
+        0.05, ge=0, description="largest plausible stabilizer, as a fraction of the mean reward std of live groups "
+        "(used only when population and Bessel both fit)"
     )
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
     on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")

@@ -24,31 +24,38 @@ def fitting_conventions(values: dict[str, float], config: MonitorConfig) -> tupl
     """Conventions whose stabilizer residuals agree across live groups, and each one's stabilizer.
 
     ``values`` are the reduced rollout fields (``e_<name>_min/max``, ``inv_k_sum``,
-    ``live``, ``live_std_sum``).
+    ``live``, ``live_std_sum``). A convention fits when its stabilizer e_g is the same in
+    every live group (within ``tolerances.convention`` of the typical 1/k); ``none`` and
+    ``leave_one_out`` also need e = 0, population and Bessel e >= 0 (or the declared
+    ``config.stabilizer``). When the live groups' reward stds are too alike to tell
+    population from Bessel (both fit), the one with a plausible stabilizer (at most
+    ``tolerances.max_stabilizer_ratio`` of the mean std) is kept.
     """
     live = values["live"]
-    typ = values["inv_k_sum"] / live
-    tol = config.tolerances.convention * abs(typ)
+    tol = config.tolerances.convention * abs(values["inv_k_sum"] / live)
     std_mean = values["live_std_sum"] / live
-    fits, stabs = [], {}
+    stabs = {}
     for name in CONVENTIONS:
         lo, hi = values[f"e_{name}_min"], values[f"e_{name}_max"]
-        if not (hi - lo <= tol):
-            continue
-        stab = (lo + hi) / 2
+        if hi - lo <= tol:
+            stabs[name] = (lo + hi) / 2
+    ambiguous = "population" in stabs and "bessel" in stabs
+    fits = []
+    for name, stab in stabs.items():
         if name in _PINNED and abs(stab) > tol:
             continue
-        if name in ("population", "bessel") and not _plausible_stabilizer(stab, tol, std_mean, config):
+        if name in ("population", "bessel") and not _plausible_stabilizer(stab, tol, std_mean, ambiguous, config):
             continue
         fits.append(name)
-        stabs[name] = stab
-    return tuple(fits), stabs
+    return tuple(fits), {name: stabs[name] for name in fits}
 
 
-def _plausible_stabilizer(stab: float, tol: float, std_mean: float, config: MonitorConfig) -> bool:
+def _plausible_stabilizer(stab: float, tol: float, std_mean: float, ambiguous: bool, config: MonitorConfig) -> bool:
     if config.stabilizer is not None:
         return abs(stab - config.stabilizer) <= tol
-    return -tol <= stab <= config.tolerances.max_stabilizer_ratio * std_mean + tol
+    if stab < -tol:
+        return False
+    return not ambiguous or stab <= config.tolerances.max_stabilizer_ratio * std_mean + tol
 
 
 class ConventionTracker:

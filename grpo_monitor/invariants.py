@@ -18,7 +18,8 @@ HINTS: dict[str, str] = {
     "finite": "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
     "unscorable_rows": "unscorable (None/NaN) rewards were counted as 0 in the baseline or given a nonzero advantage",
     "group_size": "rows grouped with the wrong group size, or a contiguous view(-1, G) over interleaved rows",
-    "zero_group_mean": "statistics taken over the wrong axis (e.g. the prompt axis), or unscorable rows counted in the mean",
+    "zero_group_mean": "statistics taken over the wrong axis (e.g. the prompt axis), unscorable rows counted in the "
+    "mean, or per-row denominators (e.g. a leave-one-out std)",
     "affine_in_rewards": "rows misaligned after a shuffle, wrong grouping, a sign flip, or per-row denominators",
     "degenerate_zero": "float32 rounding of a constant group's std with a tiny stabilizer, or an epsilon used as a floor",
     "convention": "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
@@ -40,19 +41,22 @@ def group_violations(
 ) -> list[Violation]:
     """One record per group invariant whose breach count is positive.
 
-    ``records`` are this rank's rollouts (detail, group labels); they are only read when
-    a count is positive, so a clean step moves nothing to the host.
+    ``records`` are the (per-group detail, group labels) of the rollouts the counts cover;
+    each invariant is described from the first of them holding an offending group (none:
+    the offenders are on another rank). Only called with counts in hand, so the per-group
+    tensors are read on the breach path only.
     """
     out = []
     for name in GROUP_INVARIANTS:
         n = int(counts.get(f"viol_{name}", 0))
         if n <= 0:
             continue
-        local = next(((d, lab) for d, lab in records if name in d.offending and bool(d.offending[name].any())), None)
-        if local is None:
-            observed, groups = f"{n} offending groups on another rank", ()
-        else:
-            observed, groups = _describe(name, local[0], local[1], counts)
+        found = next(((d, lab) for d, lab in records if name in d.offending and bool(d.offending[name].any())), None)
+        if found is None:
+            out.append(Violation(name, step, f"{n} offending groups on another rank", _expected(name, config), (),
+                                 HINTS[name], count=n))
+            continue
+        observed, groups = _describe(name, found[0], found[1], counts)
         out.append(Violation(name, step, observed, _expected(name, config), groups, HINTS[name], count=n))
     return out
 
@@ -64,7 +68,7 @@ def _expected(name: str, config: MonitorConfig) -> str:
         "unscorable_rows": f"|advantage| <= {tol.unscorable:g} x typical on NaN-reward rows",
         "group_size": f"{config.group_size} rows per group" if config.group_size else ">= 2 rows per group",
         "zero_group_mean": f"|group mean| <= {tol.zero_group_mean:g} x typical |advantage|",
-        "affine_in_rewards": f"a = k (r - mean) with k > 0, residual <= {tol.affine_residual:g} x typical |advantage|",
+        "affine_in_rewards": f"a = k (r - mean) with k > 0, rms residual <= {tol.affine_residual:g} x typical |advantage|",
         "degenerate_zero": f"|advantage| <= {tol.degenerate_ratio:g} x typical |advantage| in all-equal groups",
     }[name]
 
@@ -79,16 +83,18 @@ def _describe(name: str, d: RolloutDetail, labels: Sequence[Hashable], counts: d
         sizes = sorted({int(x) for x in d.stats.rows[mask].tolist()})
         return f"{int(mask.sum())} groups with sizes {sizes[:10]}", groups
     if name == "finite":
-        bad = int(f.nonfinite[mask].sum()) if f is not None else 0
-        return f"{int(mask.sum())} groups with non-finite values ({bad} non-finite advantages)", groups
-    values = {
-        "unscorable_rows": f.unscorable_abs_max if f is not None else None,
-        "zero_group_mean": f.intercept.abs() if f is not None else None,
-        "degenerate_zero": f.abs_max if f is not None else None,
-        "affine_in_rewards": f.resid_max if f is not None else None,
+        bad_rewards = int((d.stats.nonfinite & mask).sum())
+        bad_adv = int((f.nonfinite & mask).sum()) if f is not None else 0
+        return (f"{int(mask.sum())} groups with non-finite values ({bad_rewards} with an infinite reward, "
+                f"{bad_adv} with a NaN or infinite advantage)"), groups
+    values, what = {
+        "unscorable_rows": (f.unscorable_abs_max, "max |advantage| on NaN-reward rows"),
+        "zero_group_mean": (f.intercept.abs(), "max |group mean of advantages|"),
+        "degenerate_zero": (f.abs_max, "max |advantage| in an all-equal group"),
+        "affine_in_rewards": (f.resid_rms, "max rms residual of a = k (r - mean) + b"),
     }[name]
     worst = float(values[mask].max())
-    text = f"max {worst:.4g} ({worst / typ:.3g} x typical |advantage| {typ:.4g})"
+    text = f"{what} {worst:.4g} ({worst / typ:.3g} x typical |advantage| {typ:.4g})"
     if name == "affine_in_rewards":
         text += f"; min slope k_g {float(f.slope[mask].min()):.4g}"
     return text, groups

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import operator
 import warnings
 from collections import Counter
 from typing import Any, Iterable
@@ -23,7 +24,7 @@ from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
-from .stats.rollout import count_nonbinary, rollout_stats
+from .stats.rollout import rollout_stats
 from .step import LEDGER, ROLLOUT, GenerationRecord, RolloutRecord, StepState
 from .violations import InvariantViolation, Violation
 
@@ -34,25 +35,28 @@ def _fail_open(part: str):
     """Run a public method; the monitor's own faults are logged once and disable ``part``.
 
     Input errors (ValueError/TypeError raised at the boundary) and InvariantViolation
-    propagate; with ``config.strict`` every exception does.
+    propagate; with ``config.strict`` every exception does. The failing part's data of the
+    step is dropped. A failed ``end_step`` still closes the step (the counter advances, an
+    empty report comes back); it is disabled after ``_STEP_FAULTS`` failures in a row, and
+    a disabled ``end_step`` only closes steps.
     """
 
     def deco(fn):
         @functools.wraps(fn)
         def wrapper(self: "GRPOMonitor", *args, **kwargs):
             if part in self._disabled:
-                return None
+                return self._skip(part, *args, **kwargs)
             try:
-                return fn(self, *args, **kwargs)
+                out = fn(self, *args, **kwargs)
             except (InvariantViolation, inputs.InputError):
                 raise
             except Exception:
                 if self.config.strict:
                     raise
-                self._disabled.add(part)
-                log.exception("grpo-monitor: internal error in %s; this part is disabled, training goes on", part)
-                warnings.warn(f"grpo-monitor: internal error in {part}; it is disabled (see the log)", RuntimeWarning)
-                return None
+                self._fault(part)
+                return self._skip(part, *args, **kwargs)
+            self._faults.pop(part, None)
+            return out
 
         return wrapper
 
@@ -75,30 +79,38 @@ class GRPOMonitor:
         if not isinstance(self.config, MonitorConfig):
             raise TypeError(f"config must be a MonitorConfig, but got {type(self.config).__name__}")
         self.rank, self.world = rank_and_world()
-        self.sinks = SinkSet(sinks, is_main_process=self.rank == 0)
+        self.sinks = SinkSet(sinks, is_main_process=lambda: rank_and_world()[0] == 0)  # at call time: a monitor
+        # built before init_process_group must still write on rank 0 only
         self.step = 0
         self.closed = False
         self._conventions = ConventionTracker(self.config)
         self._questions = QuestionTracker(self.config)
         self._counts: Counter[str] = Counter()
+        self._totals: Counter[str] = Counter()  # run totals of the retry ledger (resumable)
         self._disabled: set[str] = set()
+        self._faults: Counter[str] = Counter()  # internal faults in a row, per part
+        self._logged: set[str] = set()  # parts whose traceback was logged
         self._state = StepState()
         self._token_layout: FieldLayout | None = None
+        self._extra: dict[str, float] = {}  # add_metrics() of the current step
 
     # ----------------------------------------------------------------- observe
     @_fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
-        An empty batch is a no-op. A breach under the ``"raise"`` policy raises here.
+        An empty batch (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are
+        checked. A breach under the ``"raise"`` policy raises here.
         """
         layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
-        if layout.rewards.numel() == 0:
-            return
         adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        if layout.rewards.numel() == 0:
+            if rank_and_world()[1] > 1 and not self.config.defer_checks:
+                self._check_rollouts(self._sync(final=False))  # the other ranks' eager check waits for this one
+            return
         vec, detail = rollout_stats(
-            layout.rewards, layout.gid, layout.num_groups, adv, self.config.tolerances, self.config.group_size
+            layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
         )
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv)
         self._state.add_rollout(vec, record)
@@ -107,22 +119,21 @@ class GRPOMonitor:
 
     @_fail_open("generation")
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None, lengths: Any = None) -> None:
-        """Record one generated batch (discarded groups included) for the retry ledger."""
+        """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
         layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
         if layout.rewards.numel() == 0:
             return
-        s = group_reward_stats(layout.rewards, layout.gid, layout.num_groups)
-        reward_sum = torch.zeros_like(s.n).index_add_(0, layout.gid, torch.where(s.valid, layout.rewards, 0.0))
+        s = group_reward_stats(layout.rewards, layout.segments())
         tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
         if lengths is not None:
             tokens = inputs.align_rows(lengths, "lengths", layout).sum()
         vec = torch.stack([
             torch.ones_like(tokens), torch.full_like(tokens, layout.num_groups), torch.full_like(tokens, len(layout.rewards)),
             tokens, torch.full_like(tokens, float(lengths is not None)), s.degenerate.sum().to(tokens),
-            count_nonbinary(layout.rewards, s.valid).to(tokens),
+            s.nonbinary.to(tokens),
         ])
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
-        self._state.add_generation(vec, GenerationRecord(s, reward_sum, questions))
+        self._state.add_generation(vec, GenerationRecord(s, s.reward_sum, questions))
 
     @_fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
@@ -133,19 +144,23 @@ class GRPOMonitor:
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl)
         tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
         mask_t = inputs.as_tensor(mask, "mask")
-        tok.validate_token_inputs(mask_t, **tensors)
+        with inputs.boundary():
+            tok.validate_token_inputs(mask_t, **tensors)
         vec = tok.token_sufficient_stats(
             mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
         )
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._state.add_tokens(vec, self._token_layout)
 
+    def add_metrics(self, metrics: dict[str, float]) -> None:
+        """Host-side scalars for this step's report (e.g. an integration's comparison with its trainer)."""
+        self._extra.update({str(k): float(v) for k, v in metrics.items()})
+
     # -------------------------------------------------------------------- step
     @_fail_open("end_step")
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
-        if step is not None:
-            self.step = int(step)
+        self.step = _step_arg(step, self.step)
         roll = self._sync(final=True)
         if roll is not None and roll[ROLLOUT.names.index("groups")] > 0:
             self._check_rollouts(roll)
@@ -167,6 +182,10 @@ class GRPOMonitor:
         parts = [("rollout", ROLLOUT, st.rollout_pending, glob)]
         if final:
             parts.append(("ledger", LEDGER, st.ledger, glob))
+            if self._token_layout is None and rank_and_world()[1] > 1:  # every rank sends one vector length,
+                from .stats.tokens import TOKEN_FIELDS  # whichever ranks observed tokens so far
+
+                self._token_layout = FieldLayout(TOKEN_FIELDS)
             if self._token_layout is not None:
                 parts.append(("tokens", self._token_layout, st.tokens, False))
         vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
@@ -180,14 +199,17 @@ class GRPOMonitor:
             pieces[name] = host[offset:offset + len(lay)]
             offset += len(lay)
         if final:
-            st.synced_ledger, st.synced_tokens = pieces["ledger"], pieces.get("tokens")
+            tokens = pieces.get("tokens")
+            if tokens is not None and st.tokens is None and torch.equal(tokens, self._token_layout.empty()):
+                tokens = None  # no rank observed tokens this step
+            st.synced_ledger, st.synced_tokens = pieces["ledger"], tokens
             st.synced_arrays = host[offset:]
         return pieces["rollout"]
 
     def _check_rollouts(self, host_vec: torch.Tensor) -> None:
         st = self._state
         values = ROLLOUT.to_dict(host_vec.tolist())
-        found = group_violations(values, [(r.detail, r.labels) for r in st.rollouts], self.config, self.step)
+        found = group_violations(values, [(r.detail, r.labels) for r in st.pending_rollouts()], self.config, self.step)
         fit = self._conventions.update(values)
         if fit is not None:
             st.convention = fit
@@ -225,12 +247,72 @@ class GRPOMonitor:
 
     # ------------------------------------------------------------------ report
     def _build_report(self, failed: bool = False) -> StepReport:
-        return build_report(self.step, self._state, self._questions, self._token_layout, failed)
+        report = build_report(self.step, self._state, self._questions, self._token_layout, failed)
+        report.metrics.update(self._run_totals())
+        report.metrics.update(self._extra)
+        return report
+
+    def _run_totals(self) -> dict[str, float]:
+        """Fold this step's ledger into the run totals (once per step); the totals as metrics."""
+        st = self._state
+        if st.synced_ledger is not None:
+            ledger = LEDGER.to_dict(st.synced_ledger.tolist())
+            self._totals["generated_groups"] += ledger["generated_groups"]
+            self._totals["generated_responses"] += ledger["generated_responses"]
+        if st.rollout_synced is not None:
+            self._totals["retained_groups"] += float(st.rollout_synced[ROLLOUT.names.index("groups")])
+        if self._totals["generated_groups"] <= 0:
+            return {}
+        return {f"grpo/sampling/total_{k}": float(self._totals[k]) for k in _TOTALS}
+
+    # ----------------------------------------------------------- fail-open
+    @property
+    def disabled_parts(self) -> frozenset[str]:
+        """Parts switched off by an internal fault ("rollout", "generation", "loss", "end_step")."""
+        return frozenset(self._disabled)
+
+    def _fault(self, part: str) -> None:
+        """Log an internal fault of ``part`` (the traceback once), drop its data, disable it."""
+        self._faults[part] += 1
+        disable = part != "end_step" or self._faults[part] >= _STEP_FAULTS
+        what = "this part is disabled" if disable else "this step is skipped"
+        first = part not in self._logged
+        if first:
+            self._logged.add(part)
+            log.exception("grpo-monitor: internal error in %s; %s, training goes on", part, what)
+        else:
+            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", part, self._faults[part], what)
+        if first or disable:
+            warnings.warn(f"grpo-monitor: internal error in {part}; {what} (see the log)", RuntimeWarning)
+        if disable:
+            self._disabled.add(part)
+        self._drop(part)
+
+    def _drop(self, part: str) -> None:
+        """Forget what a failed part gathered this step, so the step end does not trip on it."""
+        st = self._state
+        if part == "rollout":
+            st.rollout_pending = st.rollout_synced = st.convention = None
+            st.rollouts, st.checked = [], 0
+        elif part == "generation":
+            st.ledger, st.generations = None, []
+        elif part == "loss":
+            st.tokens = None
+
+    def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
+        """What a disabled part does: nothing, except ``end_step``, which still closes the step."""
+        if part != "end_step":
+            return None
+        report = StepReport(_step_arg(args[0] if args else kwargs.get("step"), self.step), {})
+        self.step = report.step + 1
+        self._state, self._extra = StepState(), {}
+        return report
 
     def _finish_step(self, report: StepReport) -> None:
         self.sinks.emit(report)
         self.step += 1
         self._state = StepState()
+        self._extra = {}
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -254,19 +336,46 @@ class GRPOMonitor:
         return dict(self._counts)
 
     def state_dict(self) -> dict[str, Any]:
-        """Step counter, locked convention, per-question history and ledger totals."""
+        """Step counter, locked convention, per-question history, ledger totals and violation counts.
+
+        Plain Python values: ``torch.save`` (``weights_only`` loading) and JSON friendly.
+        """
         return {
             "step": self.step,
             "conventions": self._conventions.state_dict(),
             "questions": self._questions.state_dict(),
             "counts": dict(self._counts),
+            "totals": dict(self._totals),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
         self.step = int(state["step"])
         self._conventions.load_state_dict(state["conventions"])
         self._questions.load_state_dict(state["questions"])
         self._counts = Counter(state.get("counts", {}))
+        self._totals = Counter(state.get("totals", {}))
+
+
+_TOTALS = ("generated_groups", "generated_responses", "retained_groups")
+_STEP_FAULTS = 3  # end_step failures in a row before it is disabled
+
+
+def _step_arg(step: Any, current: int) -> int:
+    """``end_step``'s optional step number (``current``: the next step), checked at the boundary."""
+    if step is None:
+        return current
+    try:
+        value = operator.index(step) if not isinstance(step, bool) else None
+    except TypeError:
+        value = None
+    if value is None:
+        raise inputs.InputTypeError(f"step must be an int or None, but got {type(step).__name__} {step!r:.40}")
+    if value < max(current - 1, 0):
+        raise inputs.InputValueError(
+            f"step must be >= the last step {current - 1} (steps never go back), but got {value}"
+        )
+    return value
 
 
 def _with_path(v: Violation, path: str | None) -> Violation:

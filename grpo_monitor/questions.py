@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from typing import Any, Hashable, Sequence
 
 import numpy as np
 
 from .config import MonitorConfig
-from .history import QuestionHistory, intra_group_correlation
+from .history import QuestionHistory
 
 
 class GroupArrays:
@@ -30,12 +31,16 @@ def split_arrays(flat: np.ndarray, sizes: Sequence[int], questions: Sequence[Any
 
 
 def filtered_flags(gen_q: list[Hashable], gen_degenerate: np.ndarray, kept_q: list[Hashable]) -> np.ndarray:
-    """Which generated groups were discarded: per question, generated minus retained, degenerate first."""
-    index: dict[Hashable, int] = {}
-    gen_codes = np.array([index.setdefault(q, len(index)) for q in gen_q], dtype=np.int64)
-    kept_codes = np.array([index[q] for q in kept_q if q in index], dtype=np.int64)
+    """Which generated groups were discarded: per question, generated minus retained, degenerate first.
+
+    Two dict passes over the groups (C-level ``map``), straight into integer codes; the rest is numpy.
+    """
+    index = dict(zip(dict.fromkeys(gen_q), itertools.count()))  # first-appearance codes, C-level loops only
+    gen_codes = np.fromiter(map(index.__getitem__, gen_q), dtype=np.int64, count=len(gen_q))
+    kept_codes = np.fromiter(map(index.get, kept_q, itertools.repeat(-1)), dtype=np.int64, count=len(kept_q))
     m = len(index)
-    discard = np.maximum(np.bincount(gen_codes, minlength=m) - np.bincount(kept_codes, minlength=m), 0)
+    kept_count = np.bincount(kept_codes[kept_codes >= 0], minlength=m)
+    discard = np.maximum(np.bincount(gen_codes, minlength=m) - kept_count, 0)
     order = np.lexsort((~gen_degenerate, gen_codes))
     sorted_codes = gen_codes[order]
     first = np.searchsorted(sorted_codes, sorted_codes, side="left")
@@ -44,12 +49,64 @@ def filtered_flags(gen_q: list[Hashable], gen_degenerate: np.ndarray, kept_q: li
     return rank < discard[gen_codes]
 
 
+def pooled_counts(history: QuestionHistory, questions: Sequence[Hashable]) -> np.ndarray:
+    """Per group, its question's pooled (success sum, responses, groups) in the history; NaN when absent.
+
+    Shape ``(3, len(questions))``; one dict lookup per group.
+    """
+    records = history._records  # the tracker owns its history; read the sums, never the means
+    out = np.full((len(questions), 3), np.nan)
+    for i, record in enumerate(map(records.get, questions)):
+        if record is not None:
+            out[i] = (record.success_sum, record.response_count, record.times_seen)
+    return out.T
+
+
+def iid_degenerate_rate(n: np.ndarray, pooled: np.ndarray) -> float:
+    """Mean over groups of p^n + (1-p)^n with p each question's pooled success rate (binary rewards).
+
+    Groups without a scorable row or without history are left out; NaN when none remains.
+    """
+    s, total, _ = pooled
+    keep = (n > 0) & (total > 0)
+    if not keep.any():
+        return math.nan
+    p = s[keep] / total[keep]
+    return float(np.mean(p ** n[keep] + (1 - p) ** n[keep]))
+
+
+def conditional_overdispersion(y: np.ndarray, n: np.ndarray, pooled: np.ndarray) -> float:
+    """Intra-group correlation of binary outcomes given each question's pooled success rate.
+
+    A group of ``n`` responses with ``y`` successes, from a question whose pooled history
+    holds ``S`` successes in ``N`` responses over ``m >= 2`` groups (p = S/N), contributes
+    ``A = (y - n p)^2 / (1 - n/N)`` and ``V = n p (1-p) N/(N-1)``; the estimate is
+    ``sum(A - V) / sum((n-1) V)``. For iid responses E[A] = E[V] = n p(1-p), so it is about 0
+    whatever the questions' difficulties (unlike a pooled ICC, which counts differences
+    between questions as correlation); responses of one group sharing failure modes
+    (exchangeable correlation rho) give E[A] = n p(1-p)(1 + (n-1) rho), i.e. about rho.
+    A policy that changes over the pooled steps also shows up here. Groups whose question
+    has one group in the history, or p in {0, 1}, carry no information; NaN when none remains.
+    """
+    s, total, groups = pooled
+    keep = (n > 0) & (groups >= 2) & (total > n)
+    if not keep.any():
+        return math.nan
+    y, n, s, total = y[keep], n[keep], s[keep], total[keep]
+    p = s / total
+    a = (y - n * p) ** 2 / (1 - n / total)
+    v = n * p * (1 - p) * total / (total - 1)
+    den = np.sum((n - 1) * v)
+    return float(np.sum(a - v) / den) if den > 0 else math.nan
+
+
 class QuestionTracker:
     """Feeds :class:`QuestionHistory` once per step and derives the theory-vs-observation metrics."""
 
     def __init__(self, config: MonitorConfig):
         self.config = config
         self.history = QuestionHistory(config.history_cap, config.stuck_after)
+        self.binary = True  # every reward folded into the history so far was 0/1 (the iid prediction applies)
 
     def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays], binary: bool) -> dict[str, float]:
         kept = [k for k in kept if k.questions is not None]
@@ -61,20 +118,28 @@ class QuestionTracker:
         filtered = np.zeros(len(cat.n), dtype=bool)
         if generated:
             filtered = filtered_flags(cat.questions, cat.degenerate, _concat(kept).questions if kept else [])
-        self.history.update(step, cat.questions, cat.reward_sum, cat.n.astype(np.int64), filtered, cat.std)
+        keep = np.isfinite(cat.reward_sum)  # an infinite reward is a `finite` breach, kept out of the history
+        questions = cat.questions if keep.all() else [q for q, k in zip(cat.questions, keep) if k]
+        self.history.update(step, questions, cat.reward_sum[keep], cat.n[keep].astype(np.int64), filtered[keep], cat.std[keep])
+        self.binary = self.binary and binary
         out: dict[str, float] = {"grpo/sampling/stuck_questions": float(len(self.history.stuck_questions()))}
         if binary:
             out.update(self._theory_metrics(kept, generated, cat))
         return out
 
     def _theory_metrics(self, kept, generated, cat: GroupArrays) -> dict[str, float]:
-        out = {"grpo/groups/overdispersion": _nan_to_none(intra_group_correlation(cat.reward_sum, cat.n))}
+        """iid-predicted degenerate rates and the overdispersion, from the pooled (run) history."""
+        if not self.binary:  # pooled success rates mix in earlier non-binary rewards
+            return {}
+        pooled = pooled_counts(self.history, cat.questions)
+        out = {"grpo/groups/overdispersion": conditional_overdispersion(cat.reward_sum, cat.n, pooled)}
         if kept:
-            k = _concat(kept)
-            out["grpo/groups/degenerate_rate_iid"] = self.history.iid_degenerate_rate(k.questions, k.n.astype(np.int64))
+            k = _concat(kept) if generated else cat
+            out["grpo/groups/degenerate_rate_iid"] = iid_degenerate_rate(
+                k.n, pooled_counts(self.history, k.questions) if generated else pooled)
         if generated:
-            out["grpo/sampling/degenerate_rate_iid"] = self.history.iid_degenerate_rate(cat.questions, cat.n.astype(np.int64))
-        return {k: v for k, v in out.items() if v is not None and not math.isnan(v)}
+            out["grpo/sampling/degenerate_rate_iid"] = iid_degenerate_rate(cat.n, pooled)
+        return {k: v for k, v in out.items() if not math.isnan(v)}
 
     def flagged(self) -> list[Hashable]:
         return self.history.stuck_questions()
@@ -83,16 +148,13 @@ class QuestionTracker:
         return self.history.table_rows(limit)
 
     def state_dict(self) -> dict[str, Any]:
-        return self.history.state_dict()
+        return {**self.history.state_dict(), "binary": self.binary}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.history.load_state_dict(state)
+        self.binary = bool(state.get("binary", True))
 
 
 def _concat(records: list[GroupArrays]) -> GroupArrays:
     flat = np.concatenate([np.stack([r.std, r.reward_sum, r.n, r.degenerate.astype(float)]) for r in records], axis=1)
     return GroupArrays(flat.reshape(-1), [q for r in records for q in r.questions])
-
-
-def _nan_to_none(x: float) -> float | None:
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)

@@ -46,6 +46,11 @@ class GenerationRecord:
     questions: list[Hashable] | None
 
 
+def _per_group_only(stats: GroupRewardStats) -> GroupRewardStats:
+    """Drop the per-row tensors (a step may hold many batches; only per-group ones are read later)."""
+    return dataclasses.replace(stats, centered=None, valid=None)
+
+
 def _merge(layout: FieldLayout, acc: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
     return new if acc is None else layout.combine(acc, new)
 
@@ -66,10 +71,12 @@ class StepState:
     synced_tokens: torch.Tensor | None = None
     synced_arrays: torch.Tensor | None = None
     device: torch.device | None = None
+    checked: int = 0  # rollouts[:checked] are synced and checked
 
     def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
         self.device = self.device or vec.device
         self.rollout_pending = _merge(ROLLOUT, self.rollout_pending, vec)
+        record.detail.stats = _per_group_only(record.detail.stats)
         self.rollouts.append(record)
 
     def add_tokens(self, vec: torch.Tensor, layout: FieldLayout) -> None:
@@ -79,11 +86,17 @@ class StepState:
     def add_generation(self, vec: torch.Tensor, record: GenerationRecord) -> None:
         self.device = self.device or vec.device
         self.ledger = _merge(LEDGER, self.ledger, vec)
+        record.stats = _per_group_only(record.stats)
         self.generations.append(record)
 
     def mark_synced(self, host_vec: torch.Tensor) -> None:
         self.rollout_synced = _merge(ROLLOUT, self.rollout_synced, host_vec)
         self.rollout_pending = None
+        self.checked = len(self.rollouts)
+
+    def pending_rollouts(self) -> list[RolloutRecord]:
+        """The rollouts whose statistics are pending (not yet checked)."""
+        return self.rollouts[self.checked:]
 
     def group_arrays(self) -> list[torch.Tensor]:
         """Local per-group tensors needed on the host at the end of the step."""

@@ -40,6 +40,25 @@ def stabilizer_residuals(slope: torch.Tensor, std: torch.Tensor, n: torch.Tensor
     return {name: inv_k - convention_base(name, std, n) for name in CONVENTIONS}
 
 
+def stabilizer_range(
+    slope: torch.Tensor, std: torch.Tensor, n: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Smallest and largest e_g over the ``mask``-ed groups, per convention (two ``(len(CONVENTIONS),)`` tensors).
+
+    The same numbers as :func:`stabilizer_residuals` in a few whole-batch operations
+    (``+inf``/``-inf`` where no group qualifies).
+
+    >>> lo, hi = stabilizer_range(torch.tensor([2.0, 1.0]), torch.tensor([0.5, 1.0]), torch.tensor([4.0, 4.0]),
+    ...                           torch.tensor([True, True]))
+    >>> lo[0].item(), hi[0].item(), lo[2].item(), hi[2].item()
+    (0.0, 0.0, -0.5, 0.0)
+    """
+    base = torch.stack([convention_base(name, std, n) for name in CONVENTIONS])
+    e = (1.0 / slope) - base
+    ok = mask & torch.isfinite(e)
+    return torch.where(ok, e, torch.inf).amin(-1), torch.where(ok, e, -torch.inf).amax(-1)
+
+
 def scale_factor(name: str, group_size: int) -> float:
     """Population std of the advantages of a live group under ``name`` with no stabilizer.
 

@@ -13,8 +13,9 @@ import dataclasses
 import torch
 
 from ..config import Tolerances
-from .conventions import CONVENTIONS, stabilizer_residuals
-from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats, typical_abs_advantage
+from .conventions import CONVENTIONS, stabilizer_range
+from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
+from .segments import Segments, as_segments
 
 #: Invariants checked group by group on the rollout.
 GROUP_INVARIANTS = ("finite", "unscorable_rows", "group_size", "zero_group_mean", "affine_in_rewards", "degenerate_zero")
@@ -44,31 +45,31 @@ class RolloutDetail:
 
 def rollout_stats(
     rewards: torch.Tensor,
-    gid: torch.Tensor,
+    gid: torch.Tensor | Segments,
     num_groups: int,
     advantages: torch.Tensor | None,
     tol: Tolerances,
     group_size: int | None,
 ) -> tuple[torch.Tensor, RolloutDetail]:
     """Sufficient statistics of one rollout (see module docstring); no host sync."""
-    s = group_reward_stats(rewards, gid, num_groups)
-    reward_sum = _gsum(torch.where(s.valid, rewards, 0.0), gid, num_groups)
+    seg = as_segments(gid, num_groups)
+    s = group_reward_stats(rewards, seg)
+    scored = s.n > 0
     vals = dict(
         rows=s.rows.sum(), scorable_rows=s.n.sum(), groups=torch.tensor(float(num_groups), dtype=torch.float64),
-        scored_groups=(s.n > 0).sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=reward_sum.sum(),
-        question_std_sum=torch.where(s.n > 0, s.std, 0.0).sum(), nonbinary=count_nonbinary(rewards, s.valid),
+        scored_groups=scored.sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=s.reward_sum.sum(),
+        question_std_sum=torch.where(scored, s.std, 0.0).sum(), nonbinary=s.nonbinary,
     )
-    offending = {"finite": _gsum(torch.isinf(rewards).double(), gid, num_groups) > 0}
+    offending = {"finite": s.nonfinite}
     offending["group_size"] = (s.rows == 1) | ((s.rows != group_size) if group_size else torch.zeros_like(s.live))
     fit = None
     if advantages is not None:
-        fit = advantage_fit(advantages, s, gid)
-        typ = typical_abs_advantage(advantages, s, gid)
-        vals.update(_advantage_fields(advantages, s, fit, typ))
-        offending.update(_advantage_offenders(s, fit, typ, tol))
-        offending["finite"] = offending["finite"] | (fit.nonfinite > 0)
+        fit = advantage_fit(advantages, s, seg)
+        vals.update(_advantage_fields(s, fit))
+        offending.update(_advantage_offenders(s, fit, tol))
+        offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
-    return _pack(vals, rewards.device), RolloutDetail(s, fit, reward_sum, offending)
+    return _pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
 
 
 def count_nonbinary(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -76,36 +77,32 @@ def count_nonbinary(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (valid & (rewards != 0) & (rewards != 1)).sum()
 
 
-def _gsum(values: torch.Tensor, gid: torch.Tensor, ng: int) -> torch.Tensor:
-    return torch.zeros(ng, dtype=values.dtype, device=values.device).index_add_(0, gid, values)
-
-
-def _advantage_fields(a: torch.Tensor, s: GroupRewardStats, fit: AdvantageFit, typ: torch.Tensor) -> dict:
-    live = s.live & torch.isfinite(fit.slope)
-    fin = torch.isfinite(a)
-    out = dict(
-        adv_rows=fin.sum(), adv_sum=torch.where(fin, a, 0.0).sum(), adv_sq_sum=torch.where(fin, a * a, 0.0).sum(),
+def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
+    fin = ~fit.nonfinite
+    live = s.live & torch.isfinite(fit.slope) & fin
+    fin_sums = torch.where(fin, torch.stack([s.n, fit.sum, fit.sq_sum]), 0.0).sum(-1)
+    live_sums = torch.where(live, torch.stack([fit.adv_std, fit.slope * s.std, 1.0 / fit.slope, s.std]), 0.0).sum(-1)
+    out = dict(zip(("adv_rows", "adv_sum", "adv_sq_sum"), fin_sums))
+    out.update(zip(("live_adv_std_sum", "live_scale_sum", "inv_k_sum", "live_std_sum"), live_sums))
+    out.update(
         adv_group_mean_abs_max=_masked_max(fit.intercept.abs(), live),
-        live_adv_std_sum=torch.where(live, fit.adv_std, 0.0).sum(),
-        degenerate_abs_max=_masked_max(fit.abs_max, s.degenerate & (s.n > 0)),
-        live_scale_sum=torch.where(live, fit.slope * s.std, 0.0).sum(),
-        inv_k_sum=torch.where(live, 1.0 / fit.slope, 0.0).sum(), live_std_sum=torch.where(live, s.std, 0.0).sum(),
-        typ_abs_adv=typ,
+        degenerate_abs_max=_masked_max(fit.abs_max, s.degenerate & (s.n > 0) & fin),
+        typ_abs_adv=fit.typical,
     )
-    for name, e in stabilizer_residuals(fit.slope, s.std, s.n).items():
-        ok = live & torch.isfinite(e)
-        out[f"e_{name}_min"] = -_masked_max(-e, ok)
-        out[f"e_{name}_max"] = _masked_max(e, ok)
+    lo, hi = stabilizer_range(fit.slope, s.std, s.n, live)
+    for i, name in enumerate(CONVENTIONS):
+        out[f"e_{name}_min"], out[f"e_{name}_max"] = lo[i], hi[i]
     return out
 
 
-def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, typ: torch.Tensor, tol: Tolerances) -> dict:
-    live = s.live
+def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, tol: Tolerances) -> dict:
+    typ, fin = fit.typical, ~fit.nonfinite
+    live = s.live & fin
     return {
         "unscorable_rows": fit.unscorable_abs_max > tol.unscorable * typ,
         "zero_group_mean": live & (fit.intercept.abs() > tol.zero_group_mean * typ),
-        "affine_in_rewards": live & ((fit.resid_max > tol.affine_residual * typ) | ~(fit.slope > 0)),
-        "degenerate_zero": s.degenerate & (fit.abs_max > tol.degenerate_ratio * typ),
+        "affine_in_rewards": live & ((fit.resid_rms > tol.affine_residual * typ) | ~(fit.slope > 0)),
+        "degenerate_zero": s.degenerate & fin & (fit.abs_max > tol.degenerate_ratio * typ),
     }
 
 

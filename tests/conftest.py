@@ -1,0 +1,61 @@
+"""Fixtures shared by the core tests: a recording sink and a monitor factory."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import pytest
+
+from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.sinks.base import Sink
+
+
+class RecordingSink(Sink):
+    """A real :class:`Sink` that keeps everything it is handed, in order."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.metrics: list[tuple[int, dict[str, float]]] = []
+        self.histograms: list[tuple[int, str, list[float]]] = []
+        self.tables: list[tuple[int, str, list[dict[str, Any]]]] = []
+        self.alerts: list[tuple[str, str]] = []
+        self.reports: list[Any] = []
+        self.finished: list[bool] = []
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.metrics.append((step, dict(metrics)))
+
+    def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
+        self.histograms.append((step, key, list(values)))
+
+    def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
+        self.tables.append((step, key, list(rows)))
+
+    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
+        self.alerts.append((title, text))
+
+    def log_report(self, report) -> None:
+        self.reports.append(report)
+        super().log_report(report)
+
+    def finish(self, failed: bool = False) -> None:
+        self.finished.append(failed)
+
+
+@pytest.fixture
+def recording_sink() -> RecordingSink:
+    """A fresh :class:`RecordingSink`."""
+    return RecordingSink()
+
+
+@pytest.fixture
+def make_monitor(tmp_path):
+    """``make_monitor(sinks=(), **config)`` -> a strict GRPOMonitor writing repro files under ``tmp_path``."""
+
+    def make(sinks: Sequence[Sink] = (), **config: Any) -> GRPOMonitor:
+        config.setdefault("strict", True)
+        config.setdefault("repro_dir", str(tmp_path / "repro"))
+        return GRPOMonitor(MonitorConfig(**config), sinks=sinks)
+
+    return make
