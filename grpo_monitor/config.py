@@ -59,6 +59,10 @@ class MonitorConfig(BaseModel):
     defer_checks: bool = Field(False, description="check rollouts at end_step (one host sync per step) instead of at once")
     repro_dir: Optional[str] = Field(None, description="where offending tensors are saved; None: a temp folder")
     history_cap: int = Field(10_000, ge=1, description="questions kept in the per-question history")
+    success_halflife: Optional[float] = Field(
+        10.0, gt=0, description="steps over which a question's pooled success rate halves its weight "
+        "(the iid-predicted degenerate rate follows a learning policy); None: pool over the whole run",
+    )
     stuck_after: int = Field(5, ge=1, description="steps a question may be filtered in every attempt before it is flagged")
     table_every: int = Field(10, ge=1, description="steps between per-question tables handed to the sinks")
     table_rows: int = Field(200, ge=1, description="rows of the per-question table")

@@ -68,6 +68,9 @@ class _Record:
     last_reward_std: float = math.nan
     stuck_streak: int = 0
     last_step: int = -1
+    recent_success: float = 0.0  # success_sum, response_count and times_seen with older
+    recent_count: float = 0.0  # steps down-weighted by the history's half-life
+    recent_groups: float = 0.0
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(_Record))
@@ -86,10 +89,13 @@ class QuestionHistory:
     (0.75, ['a'])
     """
 
-    def __init__(self, cap: int, stuck_after: int) -> None:
+    def __init__(self, cap: int, stuck_after: int, halflife: float | None = None) -> None:
         for name, value in (("cap", cap), ("stuck_after", stuck_after)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"Expected argument `{name}` to be an int >= 1 but got {value!r}")
+        if halflife is not None and not halflife > 0:
+            raise ValueError(f"Expected argument `halflife` to be None or a number > 0 but got {halflife!r}")
+        self.halflife = halflife
         self.cap = cap
         self.stuck_after = stuck_after
         self._records: OrderedDict[Hashable, _Record] = OrderedDict()
@@ -152,6 +158,10 @@ class QuestionHistory:
         record.times_filtered += dropped
         record.success_sum += s_sum
         record.response_count += r_count
+        decay = 0.5 ** ((step - record.last_step) / self.halflife) if self.halflife and record.last_step >= 0 else 1.0
+        record.recent_success = record.recent_success * decay + s_sum
+        record.recent_count = record.recent_count * decay + r_count
+        record.recent_groups = record.recent_groups * decay + seen
         record.last_reward_std = std
         record.last_step = step
         self._records[qid] = record  # most recently seen last
@@ -225,6 +235,7 @@ class QuestionHistory:
         return {
             "cap": self.cap,
             "stuck_after": self.stuck_after,
+            "halflife": self.halflife,
             "last_step": self._last_step,
             "questions": [[qid, *dataclasses.astuple(r)] for qid, r in self._records.items()],
         }
@@ -234,7 +245,7 @@ class QuestionHistory:
         missing = {"cap", "stuck_after", "last_step", "questions"} - set(state)
         if missing:
             raise KeyError(f"history state lacks {sorted(missing)}; pass the dict state_dict() returned")
-        restored = QuestionHistory(state["cap"], state["stuck_after"])
+        restored = QuestionHistory(state["cap"], state["stuck_after"], state.get("halflife"))
         for qid, *values in state["questions"]:
             restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values)))
         self.cap, self.stuck_after = restored.cap, restored.stuck_after

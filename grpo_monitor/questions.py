@@ -52,13 +52,16 @@ def filtered_flags(gen_q: list[Hashable], gen_degenerate: np.ndarray, kept_q: li
 def pooled_counts(history: QuestionHistory, questions: Sequence[Hashable]) -> np.ndarray:
     """Per group, its question's pooled (success sum, responses, groups) in the history; NaN when absent.
 
-    Shape ``(3, len(questions))``; one dict lookup per group.
+    With a half-life, the sums weigh older steps down (a learning policy's success rate
+    moves; a run-long pool would lag it). Shape ``(3, len(questions))``; one dict lookup per group.
     """
     records = history._records  # the tracker owns its history; read the sums, never the means
+    recent = history.halflife is not None
     out = np.full((len(questions), 3), np.nan)
     for i, record in enumerate(map(records.get, questions)):
         if record is not None:
-            out[i] = (record.success_sum, record.response_count, record.times_seen)
+            out[i] = ((record.recent_success, record.recent_count, record.recent_groups) if recent
+                      else (record.success_sum, record.response_count, record.times_seen))
     return out.T
 
 
@@ -105,7 +108,7 @@ class QuestionTracker:
 
     def __init__(self, config: MonitorConfig):
         self.config = config
-        self.history = QuestionHistory(config.history_cap, config.stuck_after)
+        self.history = QuestionHistory(config.history_cap, config.stuck_after, config.success_halflife)
         self.binary = True  # every reward folded into the history so far was 0/1 (the iid prediction applies)
 
     def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays], binary: bool) -> dict[str, float]:

@@ -1,0 +1,66 @@
+"""What the integrations share: failing open, and finding the trainer a callback belongs to."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import warnings
+from typing import Any, Callable
+
+from grpo_monitor.inputs import InputError
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.violations import InvariantViolation
+
+log = logging.getLogger("grpo_monitor")
+
+
+class FailOpen:
+    """Runs an integration's observation code; its own faults never stop training.
+
+    ``InvariantViolation`` and input errors propagate (they are the point). Any other
+    exception is logged once, warned once, and switches the integration off for the rest
+    of the run; with ``monitor.config.strict`` it is re-raised instead (for tests).
+    """
+
+    def __init__(self, monitor: GRPOMonitor, name: str):
+        self.monitor = monitor
+        self.name = name
+        self.disabled = False
+
+    def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.disabled:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except (InvariantViolation, InputError):
+            raise
+        except Exception:
+            if self.monitor.config.strict:
+                raise
+            self.disabled = True
+            log.exception("grpo-monitor: internal error in the %s integration; it is disabled", self.name)
+            warnings.warn(f"grpo-monitor: internal error in the {self.name} integration; it is disabled "
+                          "(see the log), training goes on", RuntimeWarning, stacklevel=2)
+            return None
+
+
+def find_trainer(callback: Any) -> Any:
+    """The ``transformers.Trainer`` whose callback handler holds ``callback``.
+
+    A ``TrainerCallback`` is never handed its trainer; the trainer is the ``self`` of a
+    frame up the stack while it runs its callbacks (e.g. ``on_train_begin``).
+    """
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            obj = frame.f_locals.get("self")
+            handler = getattr(obj, "callback_handler", None)
+            if handler is not None and any(cb is callback for cb in getattr(handler, "callbacks", ())):
+                return obj
+            frame = frame.f_back
+    finally:
+        del frame
+    raise RuntimeError(
+        f"{type(callback).__name__} could not find the trainer it belongs to; expected to be called from a "
+        "transformers Trainer's callback handler. Use the module's attach(trainer) instead."
+    )

@@ -1,0 +1,328 @@
+"""TRL's ``GRPOTrainer`` (TRL 1.16): the full metrics and invariants, with no change to the loop.
+
+Where the numbers are, in TRL 1.16:
+
+- ``_calculate_rewards`` returns the rewards of the whole generation batch, gathered
+  across processes, as ``(N, F)`` per reward function and before weighting (``None`` is
+  NaN). ``_generate_and_score_completions`` weights them (``nansum`` of rewards times
+  ``trainer.reward_weights``; a row where every function gave ``None`` is unscorable),
+  groups them contiguously by ``num_generations`` (``RepeatSampler``) and returns the
+  advantages of this process's slice only. The rollout is observed right there, before
+  ``_prepare_inputs`` shuffles and splits the rows: the local advantages are gathered
+  (one collective) so every process observes the whole rollout (``rollout_scope="global"``).
+- ``_compute_loss`` calls ``_get_per_token_logps_and_entropies`` once for the policy
+  log-probs; the inputs hold ``completion_mask``, ``advantages``, ``ref_per_token_logps``
+  (``beta > 0``) and ``old_per_token_logps`` (when TRL computes them). The first such call
+  inside a loss is observed.
+- Conventions: ``scale_rewards="group"`` divides by TRL's ``nanstd`` (Bessel) + 1e-4,
+  ``"batch"`` by the batch's Bessel std + 1e-4, ``"none"`` does not divide.
+
+The methods the trainer instance resolves are wrapped, so a subclass that overrides them
+is observed too. TRL's own ``frac_reward_zero_std`` counts ``isclose(std, 0)`` (atol 1e-8):
+it misses constant groups whose float32 std is ~6e-8 (eight rewards of 0.7) and reads 0.0
+under ``scale_rewards="batch"``; ``grpo/trl/frac_reward_zero_std_gap`` reports the monitor's
+exact degenerate rate minus TRL's value.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+from typing import Any, Hashable, Sequence
+
+import torch
+
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._common import FailOpen, find_trainer
+from grpo_monitor.integrations.hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+from grpo_monitor.stats.groups import group_reward_stats
+
+#: TRL's ``scale_rewards`` -> (std convention, stabilizer added to the std).
+CONVENTIONS: dict[str, tuple[str, float | None]] = {
+    "group": ("bessel", 1e-4),
+    "batch": ("batch", None),
+    "none": ("none", None),
+}
+_HOOKED = ("_calculate_rewards", "_generate_and_score_completions", "_compute_loss",
+           "_get_per_token_logps_and_entropies")
+_MISSING = object()
+_LABEL_CHARS = 200
+
+
+def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> MonitorConfig:
+    """A ``MonitorConfig`` declaring what ``trainer`` does; fields set in ``config`` win.
+
+    ``group_size`` = ``num_generations``, the convention and stabilizer of
+    ``scale_rewards`` (``normalize_then_sum`` scales by the batch std), the PPO clip
+    ``(epsilon_low, epsilon_high)``, no KL clamp, ``rollout_scope="global"``.
+    """
+    scale = getattr(trainer, "scale_rewards", None) or trainer.args.scale_rewards
+    if scale not in CONVENTIONS:
+        raise ValueError(f"trainer.scale_rewards must be one of {sorted(CONVENTIONS)}, but got {scale!r}")
+    convention, stabilizer = CONVENTIONS[scale]
+    if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
+        convention, stabilizer = "batch", None
+    derived = dict(
+        group_size=int(trainer.num_generations), std_convention=convention, stabilizer=stabilizer,
+        clip_range=(float(trainer.epsilon_low), float(trainer.epsilon_high)), kl_clamp=None, rollout_scope="global",
+    )
+    if config is None:
+        return MonitorConfig(**derived)
+    for key in ("group_size", "rollout_scope"):
+        if key in config.model_fields_set and getattr(config, key) != derived[key]:
+            raise ValueError(
+                f"config.{key}={getattr(config, key)!r} but the trainer needs {derived[key]!r} "
+                f"(num_generations={trainer.num_generations}, rewards gathered on every process); leave it unset"
+            )
+    return config.model_copy(update={k: v for k, v in derived.items() if k not in config.model_fields_set})
+
+
+def trl_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
+                aggregation: str = "sum_then_normalize") -> torch.Tensor:
+    """The ``(N,)`` rewards TRL's advantages are computed from, NaN on unscorable rows.
+
+    >>> trl_rewards(torch.tensor([[1., float("nan")], [float("nan")] * 2]), torch.tensor([1., 2.]), 2).tolist()
+    [1.0, nan]
+    """
+    w = weights.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if aggregation == "sum_then_normalize":
+        rewards = (rewards_per_func * w).nansum(dim=1)
+    elif aggregation == "normalize_then_sum":
+        from trl.trainer.utils import nanstd
+
+        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])
+        z = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+        rewards = (z.view(-1, rewards_per_func.shape[1]) * w).nansum(dim=1)
+    else:
+        raise ValueError(f"multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum', "
+                         f"but got {aggregation!r}")
+    return torch.where(unscorable, torch.nan, rewards)
+
+
+def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per row: ``(B,)`` as is, ``(B, T)`` (a subclass's) as the mean over valid tokens."""
+    if advantages.dim() == 1:
+        return advantages
+    m = mask.to(advantages.dtype)
+    return (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
+
+
+def _label(prompt: Any) -> Hashable:
+    text = prompt if isinstance(prompt, str) else repr(prompt)
+    return text[:_LABEL_CHARS]
+
+
+class TRLHooks:
+    """The wrappers around one trainer's methods, and what they saw during the step."""
+
+    def __init__(self, trainer: Any, monitor: GRPOMonitor):
+        self.trainer = trainer
+        self.monitor = monitor
+        self.guard = FailOpen(monitor, "trl")
+        self._saved: dict[str, Any] = {}
+        self._rewards_per_func: torch.Tensor | None = None
+        self._loss_inputs: dict | None = None
+        self._zero_std: list[tuple[float, torch.Tensor]] = []  # (TRL's value, monitor's degenerate rate)
+
+    # ------------------------------------------------------------- install
+    @property
+    def installed(self) -> bool:
+        return bool(self._saved)
+
+    def install(self) -> None:
+        """Wrap the methods the trainer instance resolves (a subclass's overrides included)."""
+        if self.installed:
+            return
+        wrappers = {"_calculate_rewards": self._wrap_rewards, "_generate_and_score_completions": self._wrap_generate,
+                    "_compute_loss": self._wrap_loss, "_get_per_token_logps_and_entropies": self._wrap_logps}
+        for name in _HOOKED:
+            original = getattr(self.trainer, name, None)
+            if original is None:
+                raise AttributeError(f"trainer {type(self.trainer).__name__} has no method {name}; expected TRL's "
+                                     "GRPOTrainer (trl>=1.16,<2)")
+            self._saved[name] = self.trainer.__dict__.get(name, _MISSING)
+            setattr(self.trainer, name, functools.wraps(original)(wrappers[name](original)))
+
+    def uninstall(self) -> None:
+        """Restore the trainer's methods exactly as they were."""
+        for name, previous in self._saved.items():
+            if previous is _MISSING:
+                self.trainer.__dict__.pop(name, None)
+            else:
+                setattr(self.trainer, name, previous)
+        self._saved.clear()
+
+    def _training(self) -> bool:
+        model = getattr(self.trainer, "model", None)
+        return bool(getattr(model, "training", True))
+
+    # ------------------------------------------------------------- rollout
+    def _wrap_rewards(self, original):
+        def wrapper(*args, **kwargs):
+            out = original(*args, **kwargs)
+            self._rewards_per_func = out
+            return out
+
+        return wrapper
+
+    def _wrap_generate(self, original):
+        def wrapper(*args, **kwargs):
+            self._rewards_per_func = None
+            logged = len(self.trainer._metrics["train"].get("frac_reward_zero_std", ()))
+            out = original(*args, **kwargs)
+            if self._training():
+                self.guard(self._observe_rollout, out, logged)
+            return out
+
+        return wrapper
+
+    def _observe_rollout(self, out: dict, logged: int) -> None:
+        rpf = self._rewards_per_func
+        if rpf is None:
+            raise RuntimeError("no rewards were captured: _generate_and_score_completions did not call "
+                               "_calculate_rewards")
+        tr = self.trainer
+        g = int(tr.num_generations)
+        aggregation = getattr(tr, "multi_objective_aggregation", "sum_then_normalize")
+        rewards = trl_rewards(rpf, tr.reward_weights, g, aggregation)
+        local = _row_advantages(out["advantages"].detach(), out["completion_mask"])
+        advantages = tr.accelerator.gather(local.contiguous()) if tr.accelerator.num_processes > 1 else local
+        self._compare_zero_std(rewards, g, logged)
+        self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)))
+
+    def _question_ids(self, n: int) -> list[Hashable] | None:
+        """The gathered prompts of the rollout, which TRL keeps in ``_logs["prompt"]``."""
+        prompts = getattr(self.trainer, "_logs", {}).get("prompt")
+        if prompts is None or len(prompts) < n:
+            return None
+        return [_label(p) for p in list(prompts)[-n:]]
+
+    def _compare_zero_std(self, rewards: torch.Tensor, group_size: int, logged: int) -> None:
+        """Pair the value TRL just appended to ``frac_reward_zero_std`` with the exact degenerate rate."""
+        values = self.trainer._metrics["train"].get("frac_reward_zero_std") or []
+        if len(values) <= logged or rewards.numel() % group_size:
+            return
+        ng = rewards.numel() // group_size
+        gid = torch.arange(ng, device=rewards.device).repeat_interleave(group_size)
+        stats = group_reward_stats(rewards.double(), gid, ng)
+        self._zero_std.append((float(values[-1]), stats.degenerate.double().mean()))
+
+    def step_metrics(self) -> dict[str, float]:
+        """TRL's ``frac_reward_zero_std`` of the step and its gap to the exact degenerate rate."""
+        seen, self._zero_std = self._zero_std, []
+        if not seen:
+            return {}
+        trl_frac = sum(v for v, _ in seen) / len(seen)
+        exact = float(torch.stack([d for _, d in seen]).mean())
+        return {"grpo/trl/frac_reward_zero_std": trl_frac, "grpo/trl/frac_reward_zero_std_gap": exact - trl_frac}
+
+    # ---------------------------------------------------------------- loss
+    def _wrap_loss(self, original):
+        def wrapper(*args, **kwargs):
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            self._loss_inputs = inputs if self._training() and isinstance(inputs, dict) else None
+            try:
+                return original(*args, **kwargs)
+            finally:
+                self._loss_inputs = None
+
+        return wrapper
+
+    def _wrap_logps(self, original):
+        def wrapper(*args, **kwargs):
+            out = original(*args, **kwargs)
+            inputs, self._loss_inputs = self._loss_inputs, None  # the first call inside a loss: the policy's
+            if inputs is not None:
+                self.guard(self._observe_loss, inputs, out[0])
+            return out
+
+        return wrapper
+
+    def _observe_loss(self, inputs: dict, logps: torch.Tensor) -> None:
+        mask = inputs["completion_mask"]
+        if inputs.get("tool_mask") is not None:
+            mask = mask * inputs["tool_mask"]
+        self.monitor.observe_loss(
+            mask=mask, advantages=inputs["advantages"], logprobs=logps.detach(),
+            ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=inputs.get("old_per_token_logps"),
+        )
+
+
+class GRPOMonitorCallback(MonitorCallback):
+    """Monitors the ``GRPOTrainer`` it is passed to: ``GRPOTrainer(..., callbacks=[GRPOMonitorCallback()])``.
+
+    On ``on_train_begin`` it finds its trainer, builds the monitor (config from
+    :func:`config_from_trainer`, ``sinks="auto"``: the trainer's W&B run / TensorBoard
+    folder per ``report_to``) and wraps the trainer's methods; ``on_step_end`` ends the
+    monitor's step. A breach makes ``train()`` raise ``InvariantViolation``.
+    """
+
+    def __init__(self, config: MonitorConfig | None = None, sinks: Sequence[Sink] | str | None = "auto"):
+        self.config = config
+        self.sinks = sinks
+        self.monitor: GRPOMonitor | None = None  # built when bound to a trainer
+        self.hooks: TRLHooks | None = None
+        self.close_on_train_end = True
+        self.reports = collections.deque(maxlen=REPORTS_KEPT)
+
+    def bind(self, trainer: Any) -> GRPOMonitor:
+        """Build the monitor for ``trainer`` and wrap its methods (idempotent)."""
+        if self.hooks is None or self.hooks.trainer is not trainer:
+            config = config_from_trainer(trainer, self.config)
+            self.monitor = GRPOMonitor(config, sinks=resolve_sinks(self.sinks, trainer.args))
+            self.hooks = TRLHooks(trainer, self.monitor)
+        self.hooks.install()
+        return self.monitor
+
+    def unbind(self) -> None:
+        """Restore the trainer's methods."""
+        if self.hooks is not None:
+            self.hooks.uninstall()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.hooks is None:
+            self.bind(find_trainer(self))
+        else:
+            self.hooks.install()
+        super().on_train_begin(args, state, control, **kwargs)
+
+    def extra_metrics(self) -> dict[str, float]:
+        if self.hooks is None:
+            return {}
+        return self.hooks.guard(self.hooks.step_metrics) or {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.monitor is not None:
+            super().on_step_end(args, state, control, **kwargs)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.monitor is not None:
+            self.monitor.close()
+
+
+def attach(trainer: Any, config: MonitorConfig | None = None,
+           sinks: Sequence[Sink] | str | None = "auto") -> GRPOMonitor:
+    """Monitor ``trainer`` (a TRL ``GRPOTrainer`` or subclass); returns the monitor.
+
+    ``config`` may leave ``group_size``, the convention and the clip unset: they are read
+    from the trainer. ``sinks="auto"`` logs into the trainer's W&B run / TensorBoard folder
+    (per ``report_to``); pass a list to choose.
+    """
+    if any(isinstance(cb, GRPOMonitorCallback) for cb in trainer.callback_handler.callbacks):
+        raise RuntimeError("this trainer is already monitored (attach() or a GRPOMonitorCallback); "
+                           "call detach(trainer) first")
+    callback = GRPOMonitorCallback(config, sinks)
+    monitor = callback.bind(trainer)
+    trainer.add_callback(callback)
+    return monitor
+
+
+def detach(trainer: Any) -> None:
+    """Undo :func:`attach`: restore the trainer's methods and remove the callback."""
+    for cb in list(trainer.callback_handler.callbacks):
+        if isinstance(cb, GRPOMonitorCallback):
+            cb.unbind()
+            trainer.remove_callback(cb)

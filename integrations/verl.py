@@ -1,0 +1,222 @@
+"""verl 0.9.1: observe the advantage and KL estimators where verl's trainer calls them.
+
+verl's driver computes advantages in ``ray_trainer.compute_advantage``, which calls
+``core_algos.compute_grpo_outcome_advantage`` as a module attribute for ``"grpo"`` and
+``core_algos.get_adv_estimator_fn(name)`` (an entry of ``ADV_ESTIMATOR_REGISTRY``) for the
+others. KL goes through ``core_algos.kl_penalty`` (which calls ``kl_penalty_forward``);
+``verl.workers.utils.losses`` and ``verl.trainer.distillation.losses`` hold their own
+``from core_algos import kl_penalty`` copies. :func:`attach` swaps each of these for a
+wrapper that calls the original and hands its inputs and outputs to the monitor;
+:func:`detach` puts the originals back, exactly. Copies made by modules imported after
+``attach`` are not patched: import verl's trainer first.
+
+Rows are shuffled in verl's batches: groups are read from the ``index`` (``uid``) array,
+rewards from ``token_level_rewards.sum(-1)`` and the row advantage as the mean of the
+returned token advantages over ``response_mask``. ``"grpo"`` divides by ``torch.std``
+(Bessel) + 1e-6; ``norm_adv_by_std_in_grpo=False`` does not divide; ``"rloo"`` is the
+leave-one-out convention.
+
+KL needs the response mask, which ``kl_penalty`` is not given: pass it with
+``with kl_mask(response_mask): ...``, else it is read from the caller's local
+``response_mask`` when its shape matches (both verl call sites have one); without a mask
+the call is not observed (one warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import inspect
+import sys
+import warnings
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from grpo_monitor.integrations._common import FailOpen
+from grpo_monitor.monitor import GRPOMonitor
+
+#: Estimators whose advantages are affine in the group's rewards (the invariants apply).
+GROUP_ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized")
+KL_FUNCTIONS: tuple[str, ...] = ("kl_penalty", "kl_penalty_forward")
+
+_KL_MASK: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("grpo_monitor_kl_mask", default=None)
+_IN_KL: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_monitor_in_kl", default=False)
+
+
+@dataclasses.dataclass
+class _Patch:
+    """One replaced reference: ``owner.name`` (an attribute) or ``owner[name]`` (a dict entry)."""
+
+    owner: Any
+    name: str
+    original: Any
+    item: bool = False
+
+    def apply(self, value: Any) -> None:
+        if self.item:
+            self.owner[self.name] = value
+        else:
+            setattr(self.owner, self.name, value)
+
+    def restore(self) -> None:
+        self.apply(self.original)
+
+
+@dataclasses.dataclass
+class _Attachment:
+    monitor: GRPOMonitor
+    guard: FailOpen
+    patches: list[_Patch]
+    warned: set[str] = dataclasses.field(default_factory=set)
+
+
+_current: _Attachment | None = None
+
+
+def attached() -> GRPOMonitor | None:
+    """The monitor verl's estimators currently report to, or None."""
+    return _current.monitor if _current is not None else None
+
+
+def attach(monitor: GRPOMonitor, *, estimators: Sequence[str] = GROUP_ESTIMATORS, kl: bool = True) -> None:
+    """Wrap verl's advantage estimators named in ``estimators`` (and its KL estimator when ``kl``).
+
+    Raises ``RuntimeError`` when already attached, ``ValueError`` for an unknown estimator.
+    """
+    global _current
+    if not isinstance(monitor, GRPOMonitor):
+        raise TypeError(f"monitor must be a GRPOMonitor, but got {type(monitor).__name__}")
+    if _current is not None:
+        raise RuntimeError("grpo_monitor.integrations.verl is already attached; call detach() first")
+    from verl.trainer.ppo import core_algos
+
+    registry = core_algos.ADV_ESTIMATOR_REGISTRY
+    unknown = sorted(set(estimators) - set(registry))
+    if unknown:
+        raise ValueError(f"estimators {unknown} are not in verl's ADV_ESTIMATOR_REGISTRY; expected names from "
+                         f"{sorted(registry)}")
+    state = _Attachment(monitor, FailOpen(monitor, "verl"), [])
+    originals = [registry[n] for n in estimators] + ([getattr(core_algos, n) for n in KL_FUNCTIONS] if kl else [])
+    wrappers = {}
+    for fn in originals:
+        wrap = _wrap_kl if fn.__name__ in KL_FUNCTIONS else _wrap_estimator
+        wrappers.setdefault(id(fn), (fn, wrap(fn, state)))
+    state.patches = [_Patch(registry, n, registry[n], item=True) for n in estimators] + _module_references(wrappers)
+    for p in state.patches:
+        p.apply(wrappers[id(p.original)][1])
+    _current = state
+
+
+def detach() -> None:
+    """Restore every reference :func:`attach` replaced (no-op when not attached)."""
+    global _current
+    if _current is None:
+        return
+    for p in reversed(_current.patches):
+        p.restore()
+    _current = None
+
+
+def _module_references(wrappers: dict[int, tuple[Callable, Callable]]) -> list[_Patch]:
+    """Attributes of loaded ``verl`` modules (core_algos and its importers) bound to a wrapped function."""
+    found = []
+    for modname, module in list(sys.modules.items()):
+        if module is None or not (modname == "verl" or modname.startswith("verl.")):
+            continue
+        for attr, value in list(vars(module).items()):
+            if id(value) in wrappers and wrappers[id(value)][0] is value:
+                found.append(_Patch(module, attr, value))
+    return found
+
+
+@contextlib.contextmanager
+def kl_mask(mask: torch.Tensor) -> Iterator[None]:
+    """Use ``mask`` as the response mask of the KL calls made inside the block."""
+    token = _KL_MASK.set(mask)
+    try:
+        yield
+    finally:
+        _KL_MASK.reset(token)
+
+
+# ------------------------------------------------------------------ estimators
+def _wrap_estimator(original: Callable, state: _Attachment) -> Callable:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any):
+        bound = signature.bind_partial(*args, **kwargs)
+        out = original(*args, **kwargs)
+        state.guard(_observe_estimator, state, original.__name__, bound.arguments, out)
+        return out
+
+    wrapper.__grpo_monitor_original__ = original
+    return wrapper
+
+
+def _observe_estimator(state: _Attachment, name: str, arguments: dict, out: Any) -> None:
+    rewards, mask, index = (arguments.get(k) for k in ("token_level_rewards", "response_mask", "index"))
+    if rewards is None or mask is None or index is None:
+        _warn_once(state, name, f"verl estimator {name} was called without token_level_rewards, response_mask and "
+                                "index (uid); its batch is not observed")
+        return
+    advantages = out[0] if isinstance(out, tuple) else out
+    m = mask.to(advantages.dtype)
+    row_adv = (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
+    scores = rewards.sum(-1)
+    state.monitor.observe_rollout(scores, group_ids=_ids(index), advantages=row_adv)
+    state.monitor.observe_loss(mask=mask, advantages=advantages)
+
+
+def _ids(index: Any) -> Any:
+    """verl's ``uid`` array (numpy object array of strings) as a list of hashable ids."""
+    return index.tolist() if hasattr(index, "tolist") and not isinstance(index, torch.Tensor) else index
+
+
+# ------------------------------------------------------------------------- KL
+def _wrap_kl(original: Callable, state: _Attachment) -> Callable:
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def wrapper(*args: Any, **kwargs: Any):
+        if _IN_KL.get():  # kl_penalty -> kl_penalty_forward: observed once, by the outer call
+            return original(*args, **kwargs)
+        token = _IN_KL.set(True)
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            _IN_KL.reset(token)
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        caller = sys._getframe(1)
+        try:
+            state.guard(_observe_kl, state, bound, out, caller)
+        finally:
+            del caller
+        return out
+
+    wrapper.__grpo_monitor_original__ = original
+    return wrapper
+
+
+def _observe_kl(state: _Attachment, arguments: dict, kl: torch.Tensor, caller: Any) -> None:
+    logprob, ref = arguments.get("logprob"), arguments.get("ref_logprob")
+    if logprob is None or ref is None or kl is None:
+        return
+    mask = _KL_MASK.get()
+    if mask is None:
+        local = caller.f_locals.get("response_mask")
+        mask = local if isinstance(local, torch.Tensor) and local.shape == logprob.shape else None
+    if mask is None:
+        _warn_once(state, "kl_mask", "verl's kl_penalty was called without a response mask in reach; wrap the call "
+                                     "in grpo_monitor.integrations.verl.kl_mask(mask) to observe it")
+        return
+    state.monitor.observe_loss(mask=mask, logprobs=logprob, ref_logprobs=ref, kl=kl)
+
+
+def _warn_once(state: _Attachment, key: str, text: str) -> None:
+    if key not in state.warned:
+        state.warned.add(key)
+        warnings.warn(f"grpo-monitor: {text}", RuntimeWarning, stacklevel=3)

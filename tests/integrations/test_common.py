@@ -1,0 +1,38 @@
+"""What the integrations share: their own faults never stop training; breaches always do."""
+
+from __future__ import annotations
+
+import pytest
+
+from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
+from grpo_monitor.integrations._common import FailOpen, find_trainer
+
+
+def _boom():
+    raise KeyError("a trainer attribute the integration expected")
+
+
+def test_an_internal_fault_is_warned_once_and_disables_the_integration():
+    """A KeyError inside observation code: one RuntimeWarning, then the integration stays off."""
+    guard = FailOpen(GRPOMonitor(MonitorConfig()), "trl")
+    with pytest.warns(RuntimeWarning, match="internal error in the trl integration"):
+        assert guard(_boom) is None
+    assert guard.disabled and guard(lambda: 1) is None
+
+
+def test_strict_reraises_and_breaches_always_propagate():
+    """With config.strict the fault re-raises; an InvariantViolation propagates whatever the mode."""
+    with pytest.raises(KeyError):
+        FailOpen(GRPOMonitor(MonitorConfig(strict=True)), "verl")(_boom)
+
+    def breach():
+        raise InvariantViolation([])
+
+    with pytest.raises(InvariantViolation):
+        FailOpen(GRPOMonitor(MonitorConfig()), "verl")(breach)
+
+
+def test_find_trainer_outside_a_trainer_says_what_to_do():
+    """A callback called outside a Trainer's callback handler gets a worded error naming attach()."""
+    with pytest.raises(RuntimeError, match=r"could not find the trainer.*attach\(trainer\)"):
+        find_trainer(object())

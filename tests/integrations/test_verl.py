@@ -1,0 +1,191 @@
+"""verl 0.9.1's real estimators, wrapped where its trainer calls them: shuffled uid batches, the 0.7 group, detach."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    verl_losses = pytest.importorskip("verl.workers.utils.losses")
+    distill_losses = pytest.importorskip("verl.trainer.distillation.losses")
+
+from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
+from grpo_monitor.integrations import verl as gverl  # noqa: E402
+from grpo_monitor.stats.conventions import CONVENTIONS  # noqa: E402
+
+G, T = 8, 6
+
+
+@pytest.fixture
+def monitor(tmp_path):
+    """A monitor attached to verl for the test's duration (always detached afterwards)."""
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path), strict=True))
+    gverl.attach(mon)
+    yield mon
+    gverl.detach()
+
+
+def shuffled_batch(groups: int = 4, seed: int = 0, constant: dict[int, float] | None = None):
+    """Binary outcome rewards on the last valid token, rows shuffled, uid strings per group (as verl builds them)."""
+    g = torch.Generator().manual_seed(seed)
+    b = groups * G
+    scores = (torch.rand(b, generator=g) < 0.5).float()
+    for group, value in (constant or {}).items():
+        scores[group * G:(group + 1) * G] = value
+    lengths = torch.randint(1, T + 1, (b,), generator=g)
+    mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
+    rewards = torch.zeros(b, T)
+    rewards[torch.arange(b), lengths - 1] = scores
+    uid = np.array([f"uid-{i // G}" for i in range(b)], dtype=object)
+    perm = torch.randperm(b, generator=g)
+    return rewards[perm], mask[perm], uid[perm.numpy()], scores[perm]
+
+
+def reference_degenerate_rate(scores: torch.Tensor, uid: np.ndarray) -> float:
+    """Groups whose rewards are all equal, counted with Python sets (independent of the monitor)."""
+    by_uid: dict[str, set[float]] = {}
+    for s, u in zip(scores.tolist(), uid.tolist(), strict=True):
+        by_uid.setdefault(u, set()).add(s)
+    return sum(len(v) == 1 for v in by_uid.values()) / len(by_uid)
+
+
+@pytest.mark.parametrize(
+    "name, kwargs, convention",
+    [
+        pytest.param("grpo", {}, "bessel", id="grpo"),
+        pytest.param("grpo", {"norm_adv_by_std_in_grpo": False}, "none", id="grpo-no-std"),
+        pytest.param("grpo_vectorized", {}, "bessel", id="grpo-vectorized"),
+        pytest.param("rloo", {}, "leave_one_out", id="rloo"),
+        pytest.param("rloo_vectorized", {}, "leave_one_out", id="rloo-vectorized"),
+    ],
+)
+def test_healthy_shuffled_batch_passes(name, kwargs, convention, monitor):
+    """verl's own estimator on shuffled rows, grouped by uid: no breach, the right convention and degenerate rate."""
+    rewards, mask, uid, scores = shuffled_batch(constant={0: 1.0})
+    fn = core_algos.get_adv_estimator_fn(name)
+    adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid, **kwargs)
+    assert adv.shape == (len(uid), T)
+    report = monitor.end_step()
+    assert report.violations == []
+    assert report.metrics["grpo/groups/degenerate_rate"] == reference_degenerate_rate(scores, uid)
+    assert report.metrics["grpo/adv/convention_id"] == CONVENTIONS.index(convention)
+    assert report.metrics["grpo/tokens/valid"] == mask.sum().item()
+
+
+def test_module_attribute_is_wrapped_where_ray_trainer_calls_it(monitor):
+    """ray_trainer calls core_algos.compute_grpo_outcome_advantage for "grpo": that call is observed too."""
+    rewards, mask, uid, _ = shuffled_batch()
+    core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)
+    assert monitor.end_step().metrics["grpo/groups/total"] == 4
+
+
+def test_constant_group_of_point_seven_is_caught(tmp_path):
+    """Eight rewards of 0.7: verl's float32 std is ~6e-8, epsilon 1e-6, so every advantage is ~0.056, not 0."""
+    rewards, mask, uid, _ = shuffled_batch(constant={2: 0.7})
+    plain, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)  # not attached: verl's own numbers
+    rows = torch.from_numpy(uid == "uid-2")
+    const_adv = plain[rows, 0]
+    assert torch.allclose(const_adv, const_adv[0]) and 0.04 < abs(float(const_adv[0])) < 0.07
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
+    gverl.attach(mon)
+    try:
+        with pytest.raises(InvariantViolation) as info:
+            core_algos.get_adv_estimator_fn("grpo")(token_level_rewards=rewards, response_mask=mask, index=uid)
+    finally:
+        gverl.detach()
+    (violation,) = [v for v in info.value.violations if v.invariant == "degenerate_zero"]
+    assert violation.groups == ("uid-2",)
+
+
+def test_a_broken_custom_estimator_is_caught(tmp_path):
+    """A registered estimator that forgets to centre (adds 0.1) breaks zero_group_mean."""
+
+    def shifted(token_level_rewards, response_mask, index, config=None, **kwargs):
+        adv, ret = core_algos.compute_grpo_outcome_advantage(token_level_rewards, response_mask, index)
+        return adv + 0.1 * response_mask, ret
+
+    core_algos.register_adv_est("grpo_monitor_test_shifted")(shifted)
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
+    try:
+        gverl.attach(mon, estimators=("grpo_monitor_test_shifted",), kl=False)
+        rewards, mask, uid, _ = shuffled_batch()
+        with pytest.raises(InvariantViolation, match="zero_group_mean"):
+            core_algos.get_adv_estimator_fn("grpo_monitor_test_shifted")(
+                token_level_rewards=rewards, response_mask=mask, index=uid)
+    finally:
+        gverl.detach()
+        core_algos.ADV_ESTIMATOR_REGISTRY.pop("grpo_monitor_test_shifted")
+
+
+def _logprobs(seed: int = 1, b: int = 6):
+    g = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(b, T, generator=g) * 3
+    ref = logp + 0.5 * torch.randn(b, T, generator=g)
+    mask = (torch.arange(T)[None, :] < torch.randint(1, T + 1, (b,), generator=g)[:, None]).float()
+    return logp, ref, mask
+
+
+def _masked_mean64(x: torch.Tensor, mask: torch.Tensor) -> float:
+    x, m = x.double(), mask.double()
+    return float((x * m).sum() / m.sum())
+
+
+@pytest.mark.parametrize("kind", ["low_var_kl", "k3+", "kl", "mse"])
+def test_kl_penalty_is_observed_once_with_the_callers_mask(kind, monitor):
+    """verl's KL (called through losses.py's own copy) reaches observe_loss once per call, on the masked tokens."""
+    logp, ref, response_mask = _logprobs()
+    kld = verl_losses.kl_penalty(logprob=logp, ref_logprob=ref, kl_penalty=kind)  # mask found in this frame
+    m = monitor.end_step().metrics
+    assert m["grpo/tokens/valid"] == response_mask.sum().item()
+    assert m["grpo/kl/user_mean"] == pytest.approx(_masked_mean64(kld.detach(), response_mask), rel=1e-6)
+    u = (ref - logp).double()
+    k3 = torch.expm1(u) - u  # float64 reference of Schulman's k3
+    assert m["grpo/kl/k3_mean"] == pytest.approx(_masked_mean64(k3, response_mask), rel=1e-6)
+    if kind in ("low_var_kl", "k3+"):
+        assert m["grpo/kl/user_k3_max_abs_diff"] < 1e-5
+
+
+def test_kl_mask_context_and_missing_mask(monitor):
+    """kl_mask(mask) supplies the mask; with no mask in reach the call is skipped with one warning."""
+    logp, ref, mask = _logprobs()
+    with gverl.kl_mask(mask):
+        distill_losses.kl_penalty(logp, ref, "low_var_kl")
+    assert monitor.end_step().metrics["grpo/tokens/valid"] == mask.sum().item()
+    with pytest.warns(RuntimeWarning, match="kl_mask"):
+        core_algos.kl_penalty(logp, ref, "low_var_kl")
+    assert "grpo/tokens/valid" not in monitor.end_step().metrics
+
+
+def test_detach_restores_the_originals_exactly():
+    """After attach() + detach(), every module attribute and registry entry is the original object again."""
+    names = ("compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage", "kl_penalty", "kl_penalty_forward")
+    before = {n: getattr(core_algos, n) for n in names}
+    registry = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
+    copies = (verl_losses.kl_penalty, distill_losses.kl_penalty)
+    gverl.attach(GRPOMonitor(MonitorConfig(group_size=G)))
+    assert core_algos.compute_grpo_outcome_advantage is not before["compute_grpo_outcome_advantage"]
+    assert core_algos.ADV_ESTIMATOR_REGISTRY["grpo"] is core_algos.compute_grpo_outcome_advantage
+    assert verl_losses.kl_penalty is core_algos.kl_penalty is not before["kl_penalty"]
+    gverl.detach()
+    assert {n: getattr(core_algos, n) for n in names} == before
+    assert all(core_algos.ADV_ESTIMATOR_REGISTRY[k] is v for k, v in registry.items())
+    assert (verl_losses.kl_penalty, distill_losses.kl_penalty) == copies
+    assert gverl.attached() is None
+
+
+def test_attach_errors_are_worded():
+    """Attaching twice, or naming an unknown estimator, raises a message that says what to do."""
+    mon = GRPOMonitor(MonitorConfig(group_size=G))
+    with pytest.raises(ValueError, match=r"not in verl's ADV_ESTIMATOR_REGISTRY"):
+        gverl.attach(mon, estimators=("no_such_estimator",))
+    gverl.attach(mon)
+    try:
+        with pytest.raises(RuntimeError, match="already attached; call detach"):
+            gverl.attach(mon)
+    finally:
+        gverl.detach()

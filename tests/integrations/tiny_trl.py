@@ -1,0 +1,106 @@
+"""Build a tiny Llama + character-level tokenizer on disk and a GRPOTrainer around them.
+
+Nothing is downloaded: the model comes from a ``LlamaConfig`` (2 layers, hidden 32) and the
+tokenizer is a ``tokenizers`` WordLevel model over single characters, both saved to a
+folder and passed by path (with ``beta > 0`` TRL rebuilds the reference model from it).
+Used by the tests and by ``examples/trl_example.py``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz ?!."
+SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
+PROMPTS = ("spell a", "say bb", "cab?", "a b c")
+
+
+def build_tiny_model(folder: str | Path, seed: int = 0) -> str:
+    """Save a 2-layer Llama and its char-level tokenizer to ``folder``; return the path."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = {tok: i for i, tok in enumerate(SPECIALS + tuple(ALPHABET))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()  # characters back to a string, without spaces between tokens
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
+    )
+    tok.save_pretrained(folder)
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+        pad_token_id=vocab["<pad>"], bos_token_id=vocab["<bos>"], eos_token_id=vocab["<eos>"],
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return str(folder)
+
+
+def char_fraction_reward(target: str = "a") -> Callable[..., list[float | None]]:
+    """Reward = fraction of ``target`` among the completion's characters.
+
+    0.7 for every completion of the ``"const"`` prompt (a constant, non-dyadic group);
+    otherwise None (unscorable) when the completion holds a ``"?"``.
+    """
+
+    def reward(prompts: Sequence[str], completions: Sequence[str], **_: Any) -> list[float | None]:
+        out: list[float | None] = []
+        for p, c in zip(prompts, completions, strict=True):
+            if p == "const":
+                out.append(0.7)
+            else:
+                out.append(None if "?" in c else (c.count(target) / len(c) if c else 0.0))
+        return out
+
+    reward.__name__ = f"frac_{target}"
+    return reward
+
+
+def space_reward(prompts: Sequence[str], completions: Sequence[str], **_: Any) -> list[float | None]:
+    """1 if the completion holds a space, else 0; None for ``"const"`` or a ``"?"`` (both functions None: a NaN row)."""
+    return [None if p == "const" or "?" in c else float(" " in c) for p, c in zip(prompts, completions, strict=True)]
+
+
+def tiny_dataset(n: int | None = None, prompts: Sequence[str] = PROMPTS):
+    """An in-memory ``datasets.Dataset`` cycling through ``prompts``."""
+    from datasets import Dataset
+
+    n = 2 * len(prompts) if n is None else n
+    return Dataset.from_dict({"prompt": [prompts[i % len(prompts)] for i in range(n)]})
+
+
+def grpo_config(output_dir: str | Path, **overrides: Any):
+    """A ``GRPOConfig`` for seconds-long CPU runs (G=4, 8 completion tokens, no saving, no reports)."""
+    from trl import GRPOConfig
+
+    kwargs = dict(
+        output_dir=str(output_dir), use_cpu=True, per_device_train_batch_size=8, num_generations=4,
+        max_completion_length=8, max_steps=2, logging_steps=1, save_strategy="no", report_to="none",
+        learning_rate=1e-3, beta=0.04, seed=0, disable_tqdm=True, dataloader_num_workers=0,
+    )
+    kwargs.update(overrides)
+    return GRPOConfig(**kwargs)
+
+
+def make_trainer(model_path: str, output_dir: str | Path, trainer_cls: type | None = None,
+                 reward_funcs: Sequence[Callable] | None = None, callbacks=None,
+                 prompts: Sequence[str] = PROMPTS, dataset_size: int | None = None, **overrides: Any):
+    """A real ``GRPOTrainer`` (or ``trainer_cls``) on the tiny model and an in-memory dataset."""
+    from trl import GRPOTrainer
+
+    cls = trainer_cls or GRPOTrainer
+    funcs = list(reward_funcs) if reward_funcs is not None else [char_fraction_reward(), space_reward]
+    return cls(
+        model=model_path, reward_funcs=funcs, args=grpo_config(output_dir, **overrides),
+        train_dataset=tiny_dataset(dataset_size, prompts), callbacks=callbacks,
+    )
