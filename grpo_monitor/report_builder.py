@@ -40,11 +40,15 @@ def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, ro
         return
     sizes = [len(r.detail.stats.n) for r in st.rollouts] + [len(g.stats.n) for g in st.generations]
     labels = [r.questions for r in st.rollouts] + [g.questions for g in st.generations]
-    records = split_arrays(st.synced_arrays.numpy(), sizes, labels)
+    flat = st.synced_arrays.numpy()
+    records = split_arrays(flat, sizes, labels)
     kept, generated = records[: len(st.rollouts)], records[len(st.rollouts):]
     if kept:
         std = np.concatenate([k.std[k.n > 0] for k in kept])
         report.histograms["grpo/reward/question_std"] = std.tolist()
+    adv = flat[4 * sum(sizes):]  # the step's advantage sample follows the per-group arrays
+    if np.isfinite(adv).any():
+        report.histograms["grpo/adv/values"] = adv[np.isfinite(adv)].tolist()
     ledger = LEDGER.to_dict(st.synced_ledger.tolist()) if st.synced_ledger is not None else {}
     binary = (roll or {}).get("nonbinary", 0) == 0 and ledger.get("generated_nonbinary", 0) == 0
     report.metrics.update(questions.update(report.step, kept, generated, binary))

@@ -22,6 +22,7 @@ LEDGER_FIELDS = (
     ("generated_nonbinary", "sum"),
 )
 ROLLOUT = FieldLayout(ROLLOUT_FIELDS)
+ADV_SAMPLE = 1024  # advantages sent to the sinks' histogram each step
 LEDGER = FieldLayout(LEDGER_FIELDS)
 
 
@@ -107,4 +108,12 @@ class StepState:
         for g in self.generations:
             s = g.stats
             out += [s.std, g.reward_sum, s.n, s.degenerate.double()]
-        return out
+        return out + [self.advantage_sample()]
+
+    def advantage_sample(self, limit: int = ADV_SAMPLE) -> torch.Tensor:
+        """At most ``limit`` advantages of the step's rollouts, evenly strided, for a histogram."""
+        advs = [r.advantages for r in self.rollouts if r.advantages is not None]
+        if not advs:
+            return torch.empty(0, dtype=torch.float64, device=self.device)
+        flat = torch.cat(advs) if len(advs) > 1 else advs[0]
+        return flat[:: max(1, -(-len(flat) // limit))]

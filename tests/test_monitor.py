@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import grpo_monitor.monitor as monitor_module
-from grpo_monitor import InvariantViolation, load_repro, replay
+from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro, replay
 
 REQUIRED_KEYS = (
     "grpo/groups/total", "grpo/groups/degenerate_rate", "grpo/groups/effective_prompts", "grpo/reward/mean",
@@ -277,3 +277,15 @@ def test_row_permutation_with_ids_leaves_metrics_unchanged(make_monitor, seed, G
     assert sorted(first.histograms["grpo/reward/question_std"]) == pytest.approx(
         sorted(second.histograms["grpo/reward/question_std"]), rel=1e-12, abs=1e-15)
     assert [v.invariant for v in first.violations] == [v.invariant for v in second.violations]
+
+
+def test_advantage_histogram_is_a_bounded_sample_of_the_step_advantages():
+    """report.histograms['grpo/adv/values'] holds at most 1024 of the step's own advantages, spread over the batch."""
+    r = (torch.rand(3000, 4, generator=torch.Generator().manual_seed(0)) < 0.5).double()
+    a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-4)
+    mon = GRPOMonitor(MonitorConfig(group_size=4, strict=True))
+    mon.observe_rollout(r, advantages=a)
+    values = mon.end_step().histograms["grpo/adv/values"]
+    flat = a.reshape(-1)
+    assert 0 < len(values) <= 1024
+    assert values == flat[:: -(-len(flat) // 1024)].tolist()
