@@ -248,7 +248,7 @@ class QuestionHistory:
         restored = QuestionHistory(state["cap"], state["stuck_after"], state.get("halflife"))
         for qid, *values in state["questions"]:
             restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values)))
-        self.cap, self.stuck_after = restored.cap, restored.stuck_after
+        self.cap, self.stuck_after, self.halflife = restored.cap, restored.stuck_after, restored.halflife
         self._records, self._last_step = restored._records, state["last_step"]
         self._stuck = OrderedDict((q, None) for q, r in self._records.items() if r.stuck_streak >= self.stuck_after)
 

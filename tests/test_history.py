@@ -203,3 +203,22 @@ def test_update_validation():
         _feed(h, 4, ["a"], [1], [4], [False])
     with pytest.raises(ValueError, match="`cap` to be an int >= 1 but got 0"):
         QuestionHistory(cap=0, stuck_after=1)
+
+
+@pytest.mark.parametrize("halflife,gap", [(10.0, 5), (2.0, 1), (3.0, 7)], ids=["h10-gap5", "h2-gap1", "h3-gap7"])
+def test_halflife_weighs_older_steps_down(halflife, gap):
+    """With a half-life, a question's recent sums are older sums times 0.5**(steps/halflife) plus the new ones."""
+    h = QuestionHistory(cap=10, stuck_after=3, halflife=halflife)
+    one = lambda y, n: (np.array([y]), np.array([n]), np.array([False]), np.array([0.5]))  # noqa: E731
+    h.update(0, ["q"], *one(6.0, 8))
+    h.update(gap, ["q"], *one(1.0, 8))
+    record = h.state_dict()["questions"][0]
+    fields = dict(zip(["qid", "times_seen", "times_filtered", "success_sum", "response_count", "last_reward_std",
+                       "stuck_streak", "last_step", "recent_success", "recent_count", "recent_groups"], record))
+    w = 0.5 ** (gap / halflife)
+    assert fields["success_sum"] == 7.0 and fields["response_count"] == 16
+    assert fields["recent_success"] == pytest.approx(6.0 * w + 1.0, rel=1e-12)
+    assert fields["recent_count"] == pytest.approx(8 * w + 8, rel=1e-12)
+    restored = QuestionHistory(cap=1, stuck_after=1)
+    restored.load_state_dict(h.state_dict())
+    assert restored.halflife == halflife
