@@ -30,15 +30,19 @@ from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ?!."
 
 
-def tiny_model(folder: Path) -> str:
-    """A 2-layer Llama and a char-level WordLevel tokenizer, saved to ``folder`` (TRL loads by path)."""
+def tiny_model(folder: Path, seed: int = 0) -> str:
+    """A 2-layer Llama and a char-level WordLevel tokenizer, saved to ``folder`` (TRL loads by path).
+
+    The tests build their model with this function too (``tests/integrations/tiny_trl.py``).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
     vocab = {tok: i for i, tok in enumerate(("<pad>", "<bos>", "<eos>", "<unk>") + tuple(ALPHABET))}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()
     PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>",
                             unk_token="<unk>").save_pretrained(folder)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
                          pad_token_id=0, bos_token_id=1, eos_token_id=2)

@@ -67,17 +67,22 @@ class AuditResult:
     probes: list[ProbeResult]
 
     def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        return _json_safe(out)
+        """Plain JSON-ready values (``None`` for infinite or undefined numbers)."""
+        return json_safe(dataclasses.asdict(self))
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None, tuples as lists (strict JSON).
+
+    >>> json_safe({"ratio": float("nan"), "rows": (1.0, float("inf"))})
+    {'ratio': None, 'rows': [1.0, None]}
+    """
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 

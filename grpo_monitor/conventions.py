@@ -71,6 +71,7 @@ class ConventionTracker:
         self.candidates: tuple[str, ...] | None = None
 
     def update(self, values: dict[str, float]) -> ConventionFit | None:
+        """Fit this step's reduced rollout ``values``; None when no live group carries advantages."""
         if values.get("live", 0) < 1 or values.get("adv_rows", 0) < 1:
             return None
         fits, stabs = fitting_conventions(values, self.config)
@@ -93,9 +94,11 @@ class ConventionTracker:
         return self.candidates[0] if self.candidates else None
 
     def state_dict(self) -> dict:
+        """The locked candidates (plain Python)."""
         return {"candidates": list(self.candidates) if self.candidates is not None else None}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
         cands = state.get("candidates")
         self.candidates = tuple(cands) if cands is not None else None
 

@@ -50,11 +50,16 @@ def _check_groups(successes: Any, counts: Any) -> tuple[np.ndarray, np.ndarray]:
     n = np.asarray(counts, dtype=np.float64).reshape(-1)
     if y.shape != n.shape:
         raise ValueError(f"successes has shape {y.shape} but counts has shape {n.shape}; pass one entry per group")
-    if not (np.isfinite(n).all() and (n >= 0).all() and (n == np.round(n)).all()):
-        raise ValueError(f"Expected argument `counts` to hold integers >= 0 but got {n.tolist()}")
+    _check_counts(n)
     if not (np.isfinite(y).all() and (y >= 0).all() and (y <= n).all()):
         raise ValueError(f"Expected argument `successes` to lie in [0, counts] per group but got {y.tolist()}")
     return y, n
+
+
+def _check_counts(n: np.ndarray) -> np.ndarray:
+    if not (np.isfinite(n).all() and (n >= 0).all() and (n == np.round(n)).all()):
+        raise ValueError(f"Expected argument `counts` to hold integers >= 0 but got {n.tolist()}")
+    return n
 
 
 @dataclasses.dataclass
@@ -288,9 +293,7 @@ def _check_update(n_groups: int, successes: Any, counts: Any, filtered: Any, rew
             raise ValueError(
                 f"{name} has shape {array.shape} but question_ids has {n_groups} entries; pass one entry per group"
             )
-    n = arrays["counts"].astype(np.float64)
-    if not (np.isfinite(n).all() and (n >= 0).all() and (n == np.round(n)).all()):
-        raise ValueError(f"Expected argument `counts` to hold integers >= 0 but got {n.tolist()}")
+    n = _check_counts(arrays["counts"].astype(np.float64))
     y = arrays["successes"].astype(np.float64)
     if not np.isfinite(y).all():
         raise ValueError(f"Expected argument `successes` to be finite but got {y.tolist()}")

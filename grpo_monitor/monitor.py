@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import operator
@@ -24,7 +25,7 @@ from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
-from .stats.rollout import rollout_stats
+from .stats.rollout import ROLLOUT_INDEX, rollout_stats
 from .step import LEDGER, ROLLOUT, GenerationRecord, RolloutRecord, StepState
 from .violations import InvariantViolation, Violation
 
@@ -162,7 +163,7 @@ class GRPOMonitor:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = _step_arg(step, self.step)
         roll = self._sync(final=True)
-        if roll is not None and roll[ROLLOUT.names.index("groups")] > 0:
+        if roll is not None and roll[ROLLOUT_INDEX["groups"]] > 0:
             self._check_rollouts(roll)
         if self._state.synced_tokens is not None:
             self._handle(token_violations(self._token_layout.to_dict(self._state.synced_tokens.tolist()), self.config, self.step))
@@ -228,11 +229,12 @@ class GRPOMonitor:
         """Record, warn or raise according to each invariant's policy."""
         if not found:
             return
-        raising = [v for v in found if self.config.policy_for(v.invariant) == "raise"]
+        raises = [self.config.policy_for(v.invariant) == "raise" for v in found]
+        raising = [v for v, r in zip(found, raises) if r]
         if raising:
             path = save_repro(self.config, self.step, self._state, raising)
-            found = [v if v not in raising else _with_path(v, path) for v in found]
-            raising = [v for v in found if self.config.policy_for(v.invariant) == "raise"]
+            found = [dataclasses.replace(v, repro_path=path) if r else v for v, r in zip(found, raises)]
+            raising = [v for v, r in zip(found, raises) if r]
         self._state.violations.extend(found)
         for v in found:
             self._counts[v.invariant] += 1
@@ -247,7 +249,7 @@ class GRPOMonitor:
 
     # ------------------------------------------------------------------ report
     def _build_report(self, failed: bool = False) -> StepReport:
-        report = build_report(self.step, self._state, self._questions, self._token_layout, failed)
+        report = build_report(self.step, self._state, self._questions, failed)
         report.metrics.update(self._run_totals())
         report.metrics.update(self._extra)
         return report
@@ -260,7 +262,7 @@ class GRPOMonitor:
             self._totals["generated_groups"] += ledger["generated_groups"]
             self._totals["generated_responses"] += ledger["generated_responses"]
         if st.rollout_synced is not None:
-            self._totals["retained_groups"] += float(st.rollout_synced[ROLLOUT.names.index("groups")])
+            self._totals["retained_groups"] += float(st.rollout_synced[ROLLOUT_INDEX["groups"]])
         if self._totals["generated_groups"] <= 0:
             return {}
         return {f"grpo/sampling/total_{k}": float(self._totals[k]) for k in _TOTALS}
@@ -376,9 +378,3 @@ def _step_arg(step: Any, current: int) -> int:
             f"step must be >= the last step {current - 1} (steps never go back), but got {value}"
         )
     return value
-
-
-def _with_path(v: Violation, path: str | None) -> Violation:
-    import dataclasses
-
-    return dataclasses.replace(v, repro_path=path)

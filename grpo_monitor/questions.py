@@ -112,52 +112,61 @@ class QuestionTracker:
         self.binary = True  # every reward folded into the history so far was 0/1 (the iid prediction applies)
 
     def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays], binary: bool) -> dict[str, float]:
-        kept = [k for k in kept if k.questions is not None]
-        generated = [g for g in generated if g.questions is not None]
-        source = generated or kept
-        if not source:
+        """Fold the step's groups with question ids into the history; the per-question metrics of the step.
+
+        ``kept`` are the retained (training) groups, ``generated`` every generated group
+        (dynamic sampling); ``binary`` says the step's rewards were all 0/1.
+        """
+        kept_cat = _concat([k for k in kept if k.questions is not None])
+        gen_cat = _concat([g for g in generated if g.questions is not None])
+        cat = gen_cat if gen_cat is not None else kept_cat
+        if cat is None:
             return {}
-        cat = _concat(source)
         filtered = np.zeros(len(cat.n), dtype=bool)
-        if generated:
-            filtered = filtered_flags(cat.questions, cat.degenerate, _concat(kept).questions if kept else [])
+        if gen_cat is not None:
+            filtered = filtered_flags(cat.questions, cat.degenerate, kept_cat.questions if kept_cat is not None else [])
         keep = np.isfinite(cat.reward_sum)  # an infinite reward is a `finite` breach, kept out of the history
         questions = cat.questions if keep.all() else [q for q, k in zip(cat.questions, keep) if k]
         self.history.update(step, questions, cat.reward_sum[keep], cat.n[keep].astype(np.int64), filtered[keep], cat.std[keep])
-        self.binary = self.binary and binary
+        self.binary = self.binary and binary  # pooled success rates mix in every earlier step's rewards
         out: dict[str, float] = {"grpo/sampling/stuck_questions": float(len(self.history.stuck_questions()))}
-        if binary:
-            out.update(self._theory_metrics(kept, generated, cat))
+        if self.binary:
+            out.update(self._theory_metrics(kept_cat, gen_cat))
         return out
 
-    def _theory_metrics(self, kept, generated, cat: GroupArrays) -> dict[str, float]:
+    def _theory_metrics(self, kept: GroupArrays | None, generated: GroupArrays | None) -> dict[str, float]:
         """iid-predicted degenerate rates and the overdispersion, from the pooled (run) history."""
-        if not self.binary:  # pooled success rates mix in earlier non-binary rewards
-            return {}
+        cat = generated if generated is not None else kept
         pooled = pooled_counts(self.history, cat.questions)
         out = {"grpo/groups/overdispersion": conditional_overdispersion(cat.reward_sum, cat.n, pooled)}
-        if kept:
-            k = _concat(kept) if generated else cat
-            out["grpo/groups/degenerate_rate_iid"] = iid_degenerate_rate(
-                k.n, pooled_counts(self.history, k.questions) if generated else pooled)
-        if generated:
-            out["grpo/sampling/degenerate_rate_iid"] = iid_degenerate_rate(cat.n, pooled)
+        if kept is not None:
+            kept_pooled = pooled if kept is cat else pooled_counts(self.history, kept.questions)
+            out["grpo/groups/degenerate_rate_iid"] = iid_degenerate_rate(kept.n, kept_pooled)
+        if generated is not None:
+            out["grpo/sampling/degenerate_rate_iid"] = iid_degenerate_rate(generated.n, pooled)
         return {k: v for k, v in out.items() if not math.isnan(v)}
 
     def flagged(self) -> list[Hashable]:
+        """The stuck questions (see :meth:`QuestionHistory.stuck_questions`)."""
         return self.history.stuck_questions()
 
     def table(self, limit: int) -> list[dict[str, Any]]:
+        """At most ``limit`` per-question rows, most-filtered first."""
         return self.history.table_rows(limit)
 
     def state_dict(self) -> dict[str, Any]:
+        """The history's state and whether every reward so far was binary."""
         return {**self.history.state_dict(), "binary": self.binary}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`."""
         self.history.load_state_dict(state)
         self.binary = bool(state.get("binary", True))
 
 
-def _concat(records: list[GroupArrays]) -> GroupArrays:
+def _concat(records: list[GroupArrays]) -> GroupArrays | None:
+    """The records as one (None when there are none)."""
+    if len(records) <= 1:
+        return records[0] if records else None
     flat = np.concatenate([np.stack([r.std, r.reward_sum, r.n, r.degenerate.astype(float)]) for r in records], axis=1)
     return GroupArrays(flat.reshape(-1), [q for r in records for q in r.questions])

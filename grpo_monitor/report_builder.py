@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from .metrics import convention_metrics, ledger_metrics, rollout_metrics
@@ -12,7 +10,7 @@ from .report import StepReport
 from .step import LEDGER, ROLLOUT, StepState
 
 
-def build_report(step: int, st: StepState, questions: QuestionTracker, token_layout: Any, failed: bool) -> StepReport:
+def build_report(step: int, st: StepState, questions: QuestionTracker, failed: bool) -> StepReport:
     """Metrics, histograms, tables and violations of the step."""
     metrics: dict[str, float] = {}
     roll = ROLLOUT.to_dict(st.rollout_synced.tolist()) if st.rollout_synced is not None else None
@@ -20,22 +18,21 @@ def build_report(step: int, st: StepState, questions: QuestionTracker, token_lay
         metrics.update(rollout_metrics(roll))
     if st.convention is not None:
         metrics.update(convention_metrics(st.convention.name, st.convention.stabilizer))
-    if st.synced_ledger is not None:
-        ledger = LEDGER.to_dict(st.synced_ledger.tolist())
-        if ledger["generation_batches"] > 0:
-            metrics.update(ledger_metrics(ledger, roll["groups"] if roll else 0.0))
-    if st.synced_tokens is not None and token_layout is not None:
+    ledger = LEDGER.to_dict(st.synced_ledger.tolist()) if st.synced_ledger is not None else {}
+    if ledger.get("generation_batches", 0) > 0:
+        metrics.update(ledger_metrics(ledger, roll["groups"] if roll else 0.0))
+    if st.synced_tokens is not None:
         from .stats.tokens import token_metrics
 
         metrics.update(token_metrics(st.synced_tokens))
     report = StepReport(step, metrics, list(st.violations), failed=failed)
     report.convention = st.convention.name if st.convention is not None else None
-    _per_group(report, st, questions, roll)
+    _per_group(report, st, questions, roll, ledger)
     metrics.update(_violation_metrics(st))
     return report
 
 
-def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, roll: dict | None) -> None:
+def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, roll: dict | None, ledger: dict) -> None:
     if st.synced_arrays is None or not len(st.synced_arrays):
         return
     sizes = [len(r.detail.stats.n) for r in st.rollouts] + [len(g.stats.n) for g in st.generations]
@@ -49,7 +46,6 @@ def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, ro
     adv = flat[4 * sum(sizes):]  # the step's advantage sample follows the per-group arrays
     if np.isfinite(adv).any():
         report.histograms["grpo/adv/values"] = adv[np.isfinite(adv)].tolist()
-    ledger = LEDGER.to_dict(st.synced_ledger.tolist()) if st.synced_ledger is not None else {}
     binary = (roll or {}).get("nonbinary", 0) == 0 and ledger.get("generated_nonbinary", 0) == 0
     report.metrics.update(questions.update(report.step, kept, generated, binary))
     report.flagged_questions = questions.flagged()

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from .config import MonitorConfig
 
+if TYPE_CHECKING:
+    from .report import StepReport
+
 
 def repro_dir(config: MonitorConfig) -> str:
+    """Where breach files go: ``config.repro_dir``, else ``grpo-monitor-repro`` in the temp folder."""
     return config.repro_dir or os.path.join(tempfile.gettempdir(), "grpo-monitor-repro")
 
 
@@ -48,12 +52,13 @@ def save_repro(config: MonitorConfig, step: int, state: Any, violations: Sequenc
 def load_repro(path: str) -> dict[str, Any]:
     """The saved breach: ``step``, ``config``, ``invariants`` and ``rollouts``.
 
-    Replay it with :func:`replay`.
+    Replay it with :func:`replay`. The file holds tensors and plain Python values only, so it
+    loads with ``weights_only=True`` (no pickled code runs).
     """
-    return torch.load(path, weights_only=False)
+    return torch.load(path, weights_only=True)
 
 
-def replay(path: str, **config_overrides: Any):
+def replay(path: str, **config_overrides: Any) -> "StepReport":
     """Feed a saved breach to a fresh monitor (policy ``"ignore"``) and return its report."""
     from .monitor import GRPOMonitor
 

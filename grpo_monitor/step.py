@@ -75,22 +75,26 @@ class StepState:
     checked: int = 0  # rollouts[:checked] are synced and checked
 
     def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
+        """Merge a rollout's statistics vector; keep its per-group record."""
         self.device = self.device or vec.device
         self.rollout_pending = _merge(ROLLOUT, self.rollout_pending, vec)
         record.detail.stats = _per_group_only(record.detail.stats)
         self.rollouts.append(record)
 
     def add_tokens(self, vec: torch.Tensor, layout: FieldLayout) -> None:
+        """Merge a micro-batch's token statistics vector."""
         self.device = self.device or vec.device
         self.tokens = _merge(layout, self.tokens, vec)
 
     def add_generation(self, vec: torch.Tensor, record: GenerationRecord) -> None:
+        """Merge a generated batch's ledger vector; keep its per-group record."""
         self.device = self.device or vec.device
         self.ledger = _merge(LEDGER, self.ledger, vec)
         record.stats = _per_group_only(record.stats)
         self.generations.append(record)
 
     def mark_synced(self, host_vec: torch.Tensor) -> None:
+        """Fold the synced (host) rollout vector in; the pending rollouts count as checked."""
         self.rollout_synced = _merge(ROLLOUT, self.rollout_synced, host_vec)
         self.rollout_pending = None
         self.checked = len(self.rollouts)

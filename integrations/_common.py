@@ -1,4 +1,4 @@
-"""What the integrations share: failing open, and finding the trainer a callback belongs to."""
+"""What the integrations share: failing open, row advantages from token ones, and finding the trainer a callback belongs to."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ import inspect
 import logging
 import warnings
 from typing import Any, Callable
+
+import torch
 
 from grpo_monitor.inputs import InputError
 from grpo_monitor.monitor import GRPOMonitor
@@ -42,6 +44,18 @@ class FailOpen:
             warnings.warn(f"grpo-monitor: internal error in the {self.name} integration; it is disabled "
                           "(see the log), training goes on", RuntimeWarning, stacklevel=2)
             return None
+
+
+def row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """One advantage per row: ``(B,)`` as is, ``(B, T)`` token advantages as the mean over valid tokens.
+
+    >>> row_advantages(torch.tensor([[2., 2., 9.]]), torch.tensor([[1, 1, 0]])).tolist()
+    [2.0]
+    """
+    if advantages.dim() == 1:
+        return advantages
+    m = mask.to(advantages.dtype)
+    return (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
 def find_trainer(callback: Any) -> Any:

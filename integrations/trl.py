@@ -33,7 +33,7 @@ from typing import Any, Hashable, Sequence
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import FailOpen, find_trainer
+from grpo_monitor.integrations._common import FailOpen, find_trainer, row_advantages
 from grpo_monitor.integrations.hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -100,14 +100,6 @@ def trl_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_siz
         raise ValueError(f"multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum', "
                          f"but got {aggregation!r}")
     return torch.where(unscorable, torch.nan, rewards)
-
-
-def _row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """One advantage per row: ``(B,)`` as is, ``(B, T)`` (a subclass's) as the mean over valid tokens."""
-    if advantages.dim() == 1:
-        return advantages
-    m = mask.to(advantages.dtype)
-    return (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
 def _label(prompt: Any) -> Hashable:
@@ -188,7 +180,7 @@ class TRLHooks:
         g = int(tr.num_generations)
         aggregation = getattr(tr, "multi_objective_aggregation", "sum_then_normalize")
         rewards = trl_rewards(rpf, tr.reward_weights, g, aggregation)
-        local = _row_advantages(out["advantages"].detach(), out["completion_mask"])
+        local = row_advantages(out["advantages"].detach(), out["completion_mask"])  # (B, T): a subclass's
         advantages = tr.accelerator.gather(local.contiguous()) if tr.accelerator.num_processes > 1 else local
         self._compare_zero_std(rewards, g, logged)
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)))

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from grpo_monitor.integrations._common import FailOpen
+from grpo_monitor.integrations._common import FailOpen, row_advantages
 from grpo_monitor.monitor import GRPOMonitor
 
 #: Estimators whose advantages are affine in the group's rewards (the invariants apply).
@@ -164,10 +164,7 @@ def _observe_estimator(state: _Attachment, name: str, arguments: dict, out: Any)
                                 "index (uid); its batch is not observed")
         return
     advantages = out[0] if isinstance(out, tuple) else out
-    m = mask.to(advantages.dtype)
-    row_adv = (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
-    scores = rewards.sum(-1)
-    state.monitor.observe_rollout(scores, group_ids=_ids(index), advantages=row_adv)
+    state.monitor.observe_rollout(rewards.sum(-1), group_ids=_ids(index), advantages=row_advantages(advantages, mask))
     state.monitor.observe_loss(mask=mask, advantages=advantages)
 
 

@@ -1,7 +1,8 @@
-"""Fixtures shared by the core tests: a recording sink and a monitor factory."""
+"""Fixtures shared by every test: a recording sink, a monitor factory, NaN-aware deep equality."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import pytest
@@ -59,3 +60,20 @@ def make_monitor(tmp_path):
         return GRPOMonitor(MonitorConfig(**config), sinks=sinks)
 
     return make
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Deep equality of dicts, lists and tuples where NaN equals NaN (exact otherwise)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.fixture
+def same():
+    """``same(a, b)``: deep equality where NaN equals NaN."""
+    return _same

@@ -17,6 +17,7 @@ _SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``grpo-monitor`` parser with every subcommand module that imports."""
     parser = argparse.ArgumentParser(
         prog="grpo-monitor", description="Monitoring and invariant checks for GRPO training runs."
     )
@@ -33,12 +34,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default: ``sys.argv[1:]``), run the subcommand, return its exit code (2: no subcommand)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
+
+
+def fail(command: str, message: object, code: int = 2) -> int:
+    """Print ``grpo-monitor COMMAND: error: MESSAGE`` to stderr and return ``code`` (2: bad input)."""
+    print(f"grpo-monitor {command}: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

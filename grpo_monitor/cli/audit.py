@@ -8,9 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any
 
+from . import fail
 from ..audit import AuditResult, audit, load_function
 
 _NAN_TEXT = {
@@ -49,8 +49,7 @@ def run(args: argparse.Namespace) -> int:
         fn = load_function(args.function)
         result = audit(fn, args.group_size, expect=args.expect, name=args.function)
     except (ValueError, TypeError, ImportError, SyntaxError) as exc:
-        print(f"grpo-monitor audit: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("audit", exc)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:

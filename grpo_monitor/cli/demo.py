@@ -10,6 +10,7 @@ import argparse
 import sys
 from typing import Any
 
+from . import fail
 from ..demo import BUGS, DemoConfig
 from ..demo.summary import failure_text, summary_text
 
@@ -73,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = _config(args)
     except ValueError as exc:
-        print(f"grpo-monitor demo: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("demo", exc)
     from ..demo import run_demo
 
     out = args.out or ("runs/demo" if args.inject_bug is None else f"runs/demo-{args.inject_bug}")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import sys
+import importlib.util
 from typing import Any
+
+from . import fail
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,19 +27,14 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Build the report; exit code 2 when the log is missing or unreadable."""
-    try:
-        import matplotlib  # noqa: F401
-    except ModuleNotFoundError:
-        print("grpo-monitor report: error: needs matplotlib; install it with `pip install grpo-monitor[plots]`",
-              file=sys.stderr)
-        return 2
+    if importlib.util.find_spec("matplotlib") is None:
+        return fail("report", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
     from ..reporting import build_report
 
     try:
         page = build_report(args.run, args.out)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"grpo-monitor report: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("report", exc)
     print(f"report: {page}")
     print(f"plots:  {page.parent / 'plots'}")
     return 0

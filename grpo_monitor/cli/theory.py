@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import Any, Sequence
 
+from . import fail
 from .. import theory
+from ..audit import json_safe
 
 _GRADIENT_COLUMNS = (
     ("p", "p", "{:.4g}"),
@@ -53,11 +54,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         tables = theory.theory_tables(args.group_size, ps, std=args.std, eps=args.eps, budget=args.budget)
     except (TypeError, ValueError) as exc:
-        print(f"grpo-monitor theory: error: {exc}", file=sys.stderr)
-        return 2
+        return fail("theory", exc)
     if args.json:
         settings = {"group_size": args.group_size, "std": args.std, "eps": args.eps, "budget": args.budget}
-        print(json.dumps(_finite_or_null({**settings, **tables}), indent=2, allow_nan=False))
+        print(json.dumps(json_safe({**settings, **tables}), indent=2, allow_nan=False))
         return 0
     title = f"G={args.group_size}, std={args.std}, eps={args.eps:g}"
     print(f"Expected gradient E[(1/G) sum_i A_i (a_i - p)]  ({title})")
@@ -90,13 +90,3 @@ def _cell(value: float, fmt: str) -> str:
     if math.isnan(value):
         return "n/a"
     return fmt.format(value) if math.isfinite(value) else ("inf" if value > 0 else "-inf")
-
-
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {key: _finite_or_null(v) for key, v in value.items()}
-    if isinstance(value, list):
-        return [_finite_or_null(v) for v in value]
-    return value

@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
+
+from . import fail
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``wandb-workspace`` on the ``grpo-monitor`` subparsers."""
     parser = subparsers.add_parser(
         "wandb-workspace",
         help="create a W&B workspace with the grpo-monitor panels",
@@ -32,13 +36,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Build the workspace; print it (``--dry-run``) or save it. Exit code 2: no wandb-workspaces, 1: save failed."""
     from ..sinks.wandb_workspace import build_workspace, describe_workspace
 
     try:
         workspace = build_workspace(args.entity, args.project, args.name)
     except (ModuleNotFoundError, ValueError) as exc:
-        print(f"grpo-monitor wandb-workspace: {exc}", file=sys.stderr)
-        return 2
+        return fail("wandb-workspace", exc)
     if args.dry_run:
         print(json.dumps(describe_workspace(workspace), indent=2))
         return 0

@@ -32,11 +32,13 @@ class FieldLayout:
         return len(self.fields)
 
     def ops(self, device: torch.device) -> torch.Tensor:
+        """Op codes per slot (0 sum, 1 min, 2 max) on ``device``, cached."""
         if device not in self._ops:
             self._ops[device] = torch.tensor(self._codes, device=device)
         return self._ops[device]
 
     def empty(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """The identity vector: 0 for sums, +inf for minima, -inf for maxima."""
         return torch.tensor([_EMPTY[op] for _, op in self.fields], dtype=torch.float64, device=device)
 
     def combine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -44,10 +46,12 @@ class FieldLayout:
         return self.reduce(torch.stack([a, b.to(a.device)]))
 
     def reduce(self, stacked: torch.Tensor) -> torch.Tensor:
+        """Reduce ``(k, n)`` stacked vectors over dim 0, slot by slot."""
         ops = self.ops(stacked.device)
         return torch.where(
             ops == 0, stacked.sum(0), torch.where(ops == 1, stacked.amin(0), stacked.amax(0))
         )
 
     def to_dict(self, values: Sequence[float]) -> dict[str, float]:
+        """``{name: value}`` for host values in this layout."""
         return dict(zip(self.names, values))

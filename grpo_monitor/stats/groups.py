@@ -39,6 +39,7 @@ class GroupRewardStats:
 
     @property
     def live(self) -> torch.Tensor:
+        """Groups with reward variation (not degenerate)."""
         return ~self.degenerate
 
 

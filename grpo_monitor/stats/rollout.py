@@ -54,9 +54,9 @@ def rollout_stats(
     """Sufficient statistics of one rollout (see module docstring); no host sync."""
     seg = as_segments(gid, num_groups)
     s = group_reward_stats(rewards, seg)
-    scored = s.n > 0
+    scored, scorable = s.n > 0, s.n.sum()
     vals = dict(
-        rows=s.rows.sum(), scorable_rows=s.n.sum(), groups=torch.tensor(float(num_groups), dtype=torch.float64),
+        rows=s.rows.sum(), scorable_rows=scorable, groups=torch.full_like(scorable, float(num_groups)),
         scored_groups=scored.sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=s.reward_sum.sum(),
         question_std_sum=torch.where(scored, s.std, 0.0).sum(), nonbinary=s.nonbinary,
     )
@@ -70,11 +70,6 @@ def rollout_stats(
         offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
     return _pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
-
-
-def count_nonbinary(rewards: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Scorable rewards other than 0 and 1 (0 means the binary-reward theory applies)."""
-    return (valid & (rewards != 0) & (rewards != 1)).sum()
 
 
 def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
@@ -115,9 +110,11 @@ def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def _pack(vals: dict, device: torch.device) -> torch.Tensor:
+    """The fields as one float64 vector on ``device``; absent ones at their identity (fills, no host copy)."""
     empty = {"sum": 0.0, "min": torch.inf, "max": -torch.inf}
     parts = [
-        torch.as_tensor(vals[name] if name in vals else empty[op], dtype=torch.float64, device=device).reshape(())
+        vals[name].to(device, torch.float64).reshape(()) if name in vals
+        else torch.full((), empty[op], dtype=torch.float64, device=device)
         for name, op in ROLLOUT_FIELDS
     ]
     return torch.stack(parts)

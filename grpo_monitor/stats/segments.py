@@ -41,6 +41,7 @@ class Segments:
 
     @property
     def dense(self) -> bool:
+        """True when the groups are contiguous blocks of ``size`` rows."""
         return self.size is not None
 
     @property
@@ -52,6 +53,7 @@ class Segments:
 
     @property
     def row_shape(self) -> tuple[int, ...]:
+        """``(groups, size)`` when dense, else ``(rows,)``."""
         return (self.num_groups, self.size) if self.dense else (len(self.gid),)
 
     def rows(self, flat: torch.Tensor) -> torch.Tensor:

@@ -1,13 +1,14 @@
-"""Build a tiny Llama + character-level tokenizer on disk and a GRPOTrainer around them.
+"""A tiny Llama + character-level tokenizer on disk, and a GRPOTrainer around them.
 
-Nothing is downloaded: the model comes from a ``LlamaConfig`` (2 layers, hidden 32) and the
-tokenizer is a ``tokenizers`` WordLevel model over single characters, both saved to a
-folder and passed by path (with ``beta > 0`` TRL rebuilds the reference model from it).
-Used by the tests and by ``examples/trl_example.py``.
+Nothing is downloaded: ``examples/trl_example.py``'s ``tiny_model`` builds the model from a
+``LlamaConfig`` (2 layers, hidden 32) and a ``tokenizers`` WordLevel model over single
+characters, both saved to a folder and passed by path (with ``beta > 0`` TRL rebuilds the
+reference model from it). Used by the TRL tests.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -15,35 +16,16 @@ from typing import Any, Callable, Sequence
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-ALPHABET = "abcdefghijklmnopqrstuvwxyz ?!."
-SPECIALS = ("<pad>", "<bos>", "<eos>", "<unk>")
 PROMPTS = ("spell a", "say bb", "cab?", "a b c")
+TRL_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "trl_example.py"
 
 
 def build_tiny_model(folder: str | Path, seed: int = 0) -> str:
-    """Save a 2-layer Llama and its char-level tokenizer to ``folder``; return the path."""
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    vocab = {tok: i for i, tok in enumerate(SPECIALS + tuple(ALPHABET))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
-    core.decoder = decoders.Fuse()  # characters back to a string, without spaces between tokens
-    tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", unk_token="<unk>"
-    )
-    tok.save_pretrained(folder)
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=len(vocab), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
-        pad_token_id=vocab["<pad>"], bos_token_id=vocab["<bos>"], eos_token_id=vocab["<eos>"],
-    )
-    LlamaForCausalLM(config).save_pretrained(folder)
-    return str(folder)
+    """Save a 2-layer Llama and its char-level tokenizer to ``folder`` with the TRL example's builder; the path."""
+    spec = importlib.util.spec_from_file_location("trl_example", TRL_EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example.tiny_model(Path(folder), seed)
 
 
 def char_fraction_reward(target: str = "a") -> Callable[..., list[float | None]]:

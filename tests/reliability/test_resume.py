@@ -45,25 +45,14 @@ def _train(mon: GRPOMonitor, steps: range) -> list:
     return reports
 
 
-def _same(a, b) -> bool:
-    """Deep equality where NaN equals NaN (exact float comparison otherwise)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
-def _assert_same_reports(resumed: list, uninterrupted: list) -> None:
+def _assert_same_reports(resumed: list, uninterrupted: list, same) -> None:
     assert len(resumed) == len(uninterrupted)
     for r, u in zip(resumed, uninterrupted):
         assert r.step == u.step
         assert r.metrics.keys() == u.metrics.keys(), (r.step, r.metrics.keys() ^ u.metrics.keys())
         for key in u.metrics:
-            assert _same(r.metrics[key], u.metrics[key]), (r.step, key, r.metrics[key], u.metrics[key])
-        assert _same(r.tables, u.tables) and _same(r.histograms, u.histograms)
+            assert same(r.metrics[key], u.metrics[key]), (r.step, key, r.metrics[key], u.metrics[key])
+        assert same(r.tables, u.tables) and same(r.histograms, u.histograms)
         assert r.flagged_questions == u.flagged_questions and r.convention == u.convention
         assert [v.to_dict() for v in r.violations] == [v.to_dict() for v in u.violations]
 
@@ -88,7 +77,7 @@ def test_the_scenario_exercises_every_part_of_the_state(uninterrupted):
 
 
 @pytest.mark.parametrize("via", ["torch-file", "json"])
-def test_resumed_run_matches_the_uninterrupted_one(via, uninterrupted, tmp_path):
+def test_resumed_run_matches_the_uninterrupted_one(via, uninterrupted, tmp_path, same):
     """Checkpoint at step 6, new monitor, load, continue: every metric, table and breach of steps 6-13 is identical."""
     expected, full = uninterrupted
     first = GRPOMonitor(_config())
@@ -102,9 +91,9 @@ def test_resumed_run_matches_the_uninterrupted_one(via, uninterrupted, tmp_path)
     resumed = GRPOMonitor(_config())
     resumed.load_state_dict(state)
     assert resumed.step == CHECKPOINT
-    _assert_same_reports(_train(resumed, range(CHECKPOINT, STEPS)), expected[CHECKPOINT:])
+    _assert_same_reports(_train(resumed, range(CHECKPOINT, STEPS)), expected[CHECKPOINT:], same)
     assert resumed.violation_counts == full.violation_counts
-    assert _same(resumed.state_dict(), full.state_dict())
+    assert same(resumed.state_dict(), full.state_dict())
 
 
 def test_without_the_state_the_continuation_differs(uninterrupted):

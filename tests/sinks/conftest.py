@@ -46,17 +46,6 @@ def _make_report(step: int, *, violations=(), failed: bool = False, n_questions:
     )
 
 
-def _same(a, b) -> bool:
-    """Deep equality where NaN equals NaN."""
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b
-
-
 @pytest.fixture
 def make_report():
     """``make_report(step, violations=(), failed=False)`` -> a full StepReport."""
@@ -67,12 +56,6 @@ def make_report():
 def make_violation():
     """``make_violation(step, invariant="zero_group_mean")`` -> a Violation."""
     return _make_violation
-
-
-@pytest.fixture
-def same():
-    """Deep equality where NaN equals NaN."""
-    return _same
 
 
 @pytest.fixture
