@@ -10,7 +10,9 @@ logprobs``: ``k1 = -u``, ``k2 = u^2 / 2``, ``k3 = exp(u) - u - 1`` (Schulman's e
 
 One fused pass: a single function (``torch.compile``-d when worth it, else run eagerly in
 row chunks) reduces every statistic per row in the input precision (float32 for float32
-inputs), then across rows in float64. No host sync, no data-dependent shapes.
+inputs), then across rows in float64. No host sync, no data-dependent shapes. The per-row
+pass lives in ``_token_kernel``; compiled, it evaluates both exponentials with an inlined
+polynomial (float32), which keeps the whole pass in one vectorised loop.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from ._token_kernel import COMPILE_OPTIONS, row_partials
 from .fields import FieldLayout
 
 _TOKEN_TENSORS = ("advantages", "logprobs", "ref_logprobs", "old_logprobs", "kl")
@@ -178,9 +181,9 @@ def _compiled_kernel(spec: _Spec) -> Callable:
     """
     if spec not in _COMPILED:
         def kernel(mask, adv, lp, ref, old, kl):
-            return _token_kernel(spec, mask, adv, lp, ref, old, kl)
+            return _token_kernel(spec, mask, adv, lp, ref, old, kl, fast=True)
 
-        _COMPILED[spec] = torch.compile(kernel, dynamic=True)
+        _COMPILED[spec] = torch.compile(kernel, dynamic=True, options=COMPILE_OPTIONS)
     return _COMPILED[spec]
 
 
@@ -195,101 +198,9 @@ def _run_compiled(spec: _Spec, part: list) -> torch.Tensor:
         return _token_kernel(spec, *part)
 
 
-def _token_kernel(spec: _Spec, mask, adv, lp, ref, old, kl) -> torch.Tensor:
-    """Every statistic of one row block: per-row partials in the compute dtype, rows merged in float64.
-
-    Inputs are zeroed off the mask once (``torch.where``), which makes padding neutral for
-    every sum and for the maxima of absolute values; signed extrema get +-inf fills.
-    """
-    cd = torch.promote_types(torch.float32, _widest([adv, lp, ref, old, kl]))
-    valid = mask if mask.dtype == torch.bool else mask > 0
-    cnt = valid.to(cd).sum(1)
-    parts = {"valid_tokens": cnt, "rows_with_tokens": (cnt > 0).to(cd)}
-    if mask.dtype != torch.bool:
-        parts["mask_nonbinary"] = ((mask != 0) & (mask != 1)).to(cd).sum(1)
-    if adv is not None:
-        parts.update(_adv_rows(valid, cnt, adv.to(cd)))
-    lp, ref, old, kl = (None if t is None else torch.where(valid, t.to(cd), 0.0) for t in (lp, ref, old, kl))
-    u = ref - lp if lp is not None and ref is not None else None  # 0 off the mask
-    lr = lp - old if lp is not None and old is not None else None
-    k3 = None
-    if u is not None:
-        k3 = torch.clamp_min(torch.expm1(u) - u, 0.0)  # >= 0 exactly; the clamp only removes rounding noise
-        parts.update(_kl_rows(valid, cnt, u, k3))
-    if lr is not None:
-        parts.update(_ratio_rows(cnt, lr, spec.clip_log))
-    if kl is not None:
-        parts.update(_user_rows(valid, cnt, kl, k3, spec.clamp))
-    present = [t for t in (u, lr) if t is not None] or [t for t in (lp, ref, old) if t is not None]
-    if present:
-        total = sum(present[1:], present[0])  # non-finite wherever any input is (or their difference overflows)
-        parts["logprob_tokens"] = cnt
-        parts["logprob_nonfinite"] = (~torch.isfinite(total)).to(cd).sum(1)
-    return _assemble(parts, cnt)
-
-
-def _widest(tensors: list) -> torch.dtype:
-    floats = [t.dtype for t in tensors if t is not None and t.is_floating_point()]
-    return torch.float64 if torch.float64 in floats else torch.float32
-
-
-def _abs_max(cnt: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """Row maxima of |x| for x zeroed off the mask (0 is neutral there); -inf for rows without tokens."""
-    return torch.where(cnt > 0, x.abs().amax(1), -math.inf)
-
-
-def _adv_rows(valid: torch.Tensor, cnt: torch.Tensor, adv: torch.Tensor) -> dict[str, torch.Tensor]:
-    """|advantage| mass, within-row spread (constant-advantage check) and rows with signal."""
-    has = cnt > 0
-    if adv.dim() == 1:  # one advantage per row, broadcast over its valid tokens
-        a = torch.where(has, adv, 0.0)
-        hi = lo = a
-        abs_sum, total = cnt * a.abs(), cnt * a
-    else:
-        hi = torch.where(valid, adv, -math.inf).amax(1)
-        lo = torch.where(valid, adv, math.inf).amin(1)
-        a0 = torch.where(valid, adv, 0.0)
-        abs_sum, total = a0.abs().sum(1), a0.sum(1)
-    live = (hi > 0) | (lo < 0)
-    return {
-        "adv_tokens": cnt, "adv_sum": total, "adv_abs_sum": abs_sum,
-        "adv_row_spread_max": torch.where(has, hi - lo, -math.inf),
-        "adv_live_tokens": torch.where(live, cnt, 0.0),
-    }
-
-
-def _kl_rows(valid: torch.Tensor, cnt: torch.Tensor, u: torch.Tensor, k3: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Moments of u = ref - logprobs (k1 and k2 follow from them) and of k3; u and k3 are 0 off the mask."""
-    u2 = u * u
-    return {
-        "kl_tokens": cnt, "kl_u_sum": u.sum(1), "kl_u_sq_sum": u2.sum(1), "kl_u_quad_sum": (u2 * u2).sum(1),
-        "kl_u_pos": (u > 0).to(u.dtype).sum(1), "kl_u_max": torch.where(valid, u, -math.inf).amax(1),
-        "kl_u_min": torch.where(valid, u, math.inf).amin(1), "kl_k3_sum": k3.sum(1), "kl_k3_sq_sum": (k3 * k3).sum(1),
-    }
-
-
-def _ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, float]) -> dict[str, torch.Tensor]:
-    """Importance ratio exp(lr), lr = logprobs - old_logprobs (0 off the mask: ratio 1, never clipped).
-
-    Sums ratio - 1 (expm1): ratios near 1 keep their digits in float32.
-    """
-    outside = (lr < clip_log[0]) | (lr > clip_log[1])  # ratio < 1 - low or ratio > 1 + high; log(1-low) <= 0 <= log1p(high)
-    return {
-        "ratio_tokens": cnt, "ratio_m1_sum": torch.expm1(lr).sum(1), "ratio_clipped": outside.to(lr.dtype).sum(1),
-        "on_policy_absdiff_max": _abs_max(cnt, lr),
-    }
-
-
-def _user_rows(valid, cnt, kl: torch.Tensor, k3: torch.Tensor | None, clamp: tuple[float, float] | None) -> dict:
-    """The trainer's own per-token KL (0 off the mask): moments, agreement with k3, share at the clamp bounds."""
-    out = {"user_kl_tokens": cnt, "user_kl_sum": kl.sum(1), "user_kl_sq_sum": (kl * kl).sum(1)}
-    if k3 is not None:
-        out["user_k3_tokens"] = cnt
-        out["user_k3_absdiff_max"] = _abs_max(cnt, kl - k3)
-    if clamp is not None:
-        out["user_clamp_tokens"] = cnt
-        out["user_clamp_hits"] = (valid & ((kl <= clamp[0]) | (kl >= clamp[1]))).to(kl.dtype).sum(1)
-    return out
+def _token_kernel(spec: _Spec, mask, adv, lp, ref, old, kl, fast: bool = False) -> torch.Tensor:
+    """Every statistic of one row block: per-row partials in the compute dtype, rows merged in float64."""
+    return _assemble(*row_partials(spec, mask, adv, lp, ref, old, kl, fast=fast))
 
 
 def _assemble(parts: dict[str, torch.Tensor], cnt: torch.Tensor) -> torch.Tensor:
