@@ -190,7 +190,8 @@ def _compiled_kernel(spec: _Spec) -> Callable:
 def _run_compiled(spec: _Spec, part: list) -> torch.Tensor:
     """The compiled kernel; any compile failure warns once and switches the process to eager."""
     try:
-        return _compiled_kernel(spec)(*part)
+        with torch._dynamo.config.patch(specialize_float=True):  # constants as literals, not scalar tensor inputs
+            return _compiled_kernel(spec)(*part)
     except Exception as exc:  # noqa: BLE001 - whatever the backend raises, stay correct
         _COMPILE_STATE["broken"] = True
         warnings.warn(f"grpo-monitor: torch.compile of the token statistics failed ({type(exc).__name__}: "
