@@ -32,7 +32,7 @@ def run_ranks(scenario: str, outdir: Path, world: int = 2, timeout: float = 90.0
     """Each rank's result dict; raises AssertionError naming the rank on failure or timeout."""
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-               OMP_NUM_THREADS="1", GRPO_MONITOR_DIST_TIMEOUT=str(int(timeout)))
+               OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="1", GRPO_MONITOR_DIST_TIMEOUT=str(int(timeout)))
     procs = [
         subprocess.Popen([sys.executable, str(worker), scenario, str(outdir), *args],
                          env=dict(env, RANK=str(r), LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(world)),

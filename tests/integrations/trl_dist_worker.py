@@ -50,6 +50,12 @@ def main() -> None:
     result["metrics"] = [r.metrics for r in callback.reports]
     result["log_history"] = trainer.state.log_history
     torch.save(result, outdir / f"rank{rank}.pt")
+    # accelerate never destroys the process group it created; without this, gloo's worker threads
+    # can outlive the interpreter and abort the process at exit ("terminate called without an
+    # active exception", pytorch/pytorch#190489), intermittently failing a run that passed.
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
