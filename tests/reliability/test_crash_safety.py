@@ -49,13 +49,15 @@ CHILD = textwrap.dedent(
 
 
 def _run_and_kill(script: str, path: str, start: int, delay: float) -> list[int]:
-    """Start the child, let it train for ``delay`` seconds after start-up, SIGKILL it; the steps it printed."""
+    """Start the child, let it train for ``delay`` seconds after its first step, SIGKILL it; the steps it printed."""
     proc = subprocess.Popen([sys.executable, script, path, str(start)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         assert proc.stdout.readline().strip() == b"ready", proc.stderr.read().decode()
+        first = proc.stdout.readline()  # one completed step: the kill lands mid-training, however slow start-up was
         time.sleep(delay)
         os.kill(proc.pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=30)
+        out = first + out
     finally:
         if proc.poll() is None:
             proc.kill()
