@@ -5,8 +5,11 @@
 For each size (``B x T`` float32 token tensors: mask, advantages, logprobs, ref_logprobs,
 old_logprobs; T = 4096) it prints, side by side, medians over ``reps`` runs after warm-up:
 
-* ``monitor``: ``token_sufficient_stats`` (one fused compiled pass; no host sync; the
-  lead's ``observe_loss`` adds validation only);
+* ``monitor``: ``token_sufficient_stats`` as ``observe_loss`` runs it (``observe_loss`` adds
+  validation only): on an AVX2 CPU with float32 inputs the C kernel of
+  ``grpo_monitor/stats/_native.py``, else one ``torch.compile``-d pass;
+* ``compiled``: the ``torch.compile`` pass forced (``GRPO_MONITOR_NATIVE=0``): what CUDA,
+  other dtypes and CPUs without AVX2 run;
 * ``floor``: one ``.sum()`` over each input tensor: what merely reading the inputs costs;
 * ``eager``: the pattern trainers use today: every statistic computed separately with
   boolean-mask indexing and its own ``.item()`` host sync;
@@ -14,7 +17,10 @@ old_logprobs; T = 4096) it prints, side by side, medians over ``reps`` runs afte
   is unavailable;
 
 ``mon/floor`` uses the medians, ``(min)`` the fastest runs of each (steadier on a busy
-machine). At 1M tokens the five inputs (20 MiB) sit in the last-level cache, so the floor
+machine). ``--spread`` sets the scale of the log-probability differences (ref and old
+minus logprobs; default 0.1, as between a policy and its reference or sampler): the C
+kernel skips the exponentials' range reduction for vectors of 8 arguments all below 0.34
+in magnitude, so ``--spread 1`` (most vectors need it) shows its slower case. At 1M tokens the five inputs (20 MiB) sit in the last-level cache, so the floor
 there is a cache read, not a memory read.
 
 Peak extra memory of the monitor and of the eager baseline (``input``: one input tensor) is
@@ -47,7 +53,7 @@ T = 4096
 SIZES = {"1M": 1 << 20, "8M": 1 << 23, "32M": 1 << 25}
 
 
-def make_inputs(tokens: int, seed: int = 0) -> dict[str, torch.Tensor]:
+def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1) -> dict[str, torch.Tensor]:
     """Float32 (B, 4096) token tensors: right-padded responses, garbage in the padding."""
     gen = torch.Generator().manual_seed(seed)
     B = max(1, tokens // T)
@@ -55,8 +61,8 @@ def make_inputs(tokens: int, seed: int = 0) -> dict[str, torch.Tensor]:
     mask = (torch.arange(T) < lengths).float()
     adv = torch.randn(B, 1, generator=gen).expand(B, T).contiguous()
     logprobs = -torch.rand(B, T, generator=gen) * 3
-    ref = logprobs + 0.1 * torch.randn(B, T, generator=gen)
-    old = logprobs + 0.05 * torch.randn(B, T, generator=gen)
+    ref = logprobs + spread * torch.randn(B, T, generator=gen)
+    old = logprobs + spread / 2 * torch.randn(B, T, generator=gen)
     logprobs[mask == 0] = float("nan")
     return dict(mask=mask, advantages=adv, logprobs=logprobs, ref_logprobs=ref, old_logprobs=old)
 
@@ -102,15 +108,25 @@ def run_times(fn, reps: int) -> list[float]:
     return times
 
 
-def time_size(tokens: int, reps: int, with_fallback: bool) -> dict[str, float]:
+def compiled_only(x: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The torch.compile pass with the C kernel switched off."""
+    os.environ["GRPO_MONITOR_NATIVE"] = "0"
+    try:
+        return token_sufficient_stats(**x, compile=True)
+    finally:
+        del os.environ["GRPO_MONITOR_NATIVE"]
+
+
+def time_size(tokens: int, reps: int, with_fallback: bool, spread: float) -> dict[str, float]:
     """Median seconds per column; the monitor and the floor alternate so that load drifts hit both."""
-    x = make_inputs(tokens)
+    x = make_inputs(tokens, spread=spread)
     mon = lambda: token_sufficient_stats(**x, compile=True)  # noqa: E731
     for _ in range(2):
-        mon(), floor(x), eager_baseline(x)
+        mon(), floor(x), eager_baseline(x), compiled_only(x)
     pairs = [(run_times(mon, 1)[0], run_times(lambda: floor(x), 1)[0]) for _ in range(reps)]
     row = {"monitor": statistics.median(p[0] for p in pairs), "floor": statistics.median(p[1] for p in pairs),
            "min_ratio": min(p[0] for p in pairs) / min(p[1] for p in pairs),
+           "compiled": statistics.median(run_times(lambda: compiled_only(x), reps)),
            "eager": statistics.median(run_times(lambda: eager_baseline(x), max(3, reps // 3)))}
     if with_fallback:
         row["fallback"] = statistics.median(run_times(lambda: token_sufficient_stats(**x, compile=False), max(3, reps // 3)))
@@ -170,6 +186,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="1M,8M,32M", help="comma-separated token counts: 1M, 8M, 32M, or nM")
     ap.add_argument("--reps", type=int, default=9, help="timed repetitions per column (eager: a third)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    ap.add_argument("--spread", type=float, default=0.1, help="scale of ref/old minus logprobs (default 0.1)")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-size memory subprocess")
     ap.add_argument("--no-fallback", action="store_true", help="skip timing the monitor's eager fallback")
     ap.add_argument("--_memory", type=int, help=argparse.SUPPRESS)
@@ -179,23 +196,29 @@ def main() -> None:
     if args._memory:
         print(json.dumps(measure_memory(args._memory)))
         return
+    from grpo_monitor.stats import _native
+
+    native = _native.enabled() and _native._library([n for n, _ in tk.TOKEN_FIELDS]) is not None
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f}, float32 inputs "
-          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs), T = {T}; medians of {args.reps} runs after warm-up")
-    head = (f"{'tokens':>6} {'B x T':>11} {'monitor':>10}{'floor':>10}{'eager':>10}{'fallback':>10} "
-            f"{'mon/floor':>9} {'(min)':>6} {'eager/mon':>9} {'peak+ MiB: monitor':>19} {'eager':>10} {'input':>11}")
+          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs), T = {T}, spread {args.spread}; medians of "
+          f"{args.reps} runs after warm-up; monitor = {'C kernel' if native else 'torch.compile'}")
+    head = (f"{'tokens':>6} {'B x T':>11} {'monitor':>10}{'floor':>10}{'compiled':>10}{'eager':>10}{'fallback':>10} "
+            f"{'mon/floor':>9} {'(min)':>6} {'comp/floor':>10} {'eager/mon':>9} {'peak+ MiB: monitor':>19} {'eager':>10} "
+            f"{'input':>11}")
     print(head)
     for name, tokens in parse_sizes(args.sizes):
-        row = time_size(tokens, args.reps, not args.no_fallback)
+        row = time_size(tokens, args.reps, not args.no_fallback, args.spread)
         mem = None if args.no_memory else memory_in_subprocess(tokens, args.threads)
         ms = lambda k: f"{row[k] * 1e3:8.2f}ms" if k in row else f"{'-':>10}"  # noqa: E731
         extra = (f"{mem['monitor']:11.2f} {mem['eager']:10.1f} {mem['input_mib']:11.1f}" if mem
                  else f"{'-':>11} {'-':>10} {'-':>11}")
-        print(f"{name:>6} {f'{tokens // T} x {T}':>11} {ms('monitor')}{ms('floor')}{ms('eager')}{ms('fallback')} "
-              f"{row['monitor'] / row['floor']:9.2f} {row['min_ratio']:6.2f} {row['eager'] / row['monitor']:9.1f} {extra}",
-              flush=True)
+        print(f"{name:>6} {f'{tokens // T} x {T}':>11} {ms('monitor')}{ms('floor')}{ms('compiled')}{ms('eager')}"
+              f"{ms('fallback')} {row['monitor'] / row['floor']:9.2f} {row['min_ratio']:6.2f} "
+              f"{row['compiled'] / row['floor']:10.2f} {row['eager'] / row['monitor']:9.1f} {extra}", flush=True)
     rows = min(max(tokens for _, tokens in parse_sizes(args.sizes)) // T, tk._COMPILED_CHUNK // T)
-    print(f"monitor buffers (analytic, from the generated kernel): about {len(tk.TOKEN_FIELDS)} per-row float32 partials x {rows} rows per "
-          f"compiled call = {len(tk.TOKEN_FIELDS) * rows * 4 / 1024:.0f} KiB, plus the {len(tk.TOKEN_FIELDS)}-entry result")
+    nf = len(tk.TOKEN_FIELDS)
+    print(f"monitor buffers (analytic): C kernel {nf} float64 per thread plus {nf} (and 4 KiB of stack per thread); "
+          f"torch.compile about {nf} per-row float32 partials x {rows} rows per call = {nf * rows * 4 / 1024:.0f} KiB")
 
 
 if __name__ == "__main__":

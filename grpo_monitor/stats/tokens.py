@@ -24,6 +24,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
+from . import _native
 from ._token_kernel import COMPILE_OPTIONS, row_partials
 from .fields import FieldLayout
 
@@ -121,7 +122,9 @@ def token_sufficient_stats(
 
     Empty sums are 0, empty minima +inf, empty maxima -inf. ``compile``: ``"auto"`` (compile
     large inputs unless ``GRPO_MONITOR_COMPILE=0``), ``True`` or ``False``; a failed compile
-    warns once and the process continues eagerly. Call ``validate_token_inputs`` first for
+    warns once and the process continues eagerly. Compiled on an AVX2 CPU, contiguous float32
+    inputs take the C kernel of ``_native`` (same statistics, one pass, ~1.3x the cost of
+    reading the inputs); anything else takes ``torch.compile``. Call ``validate_token_inputs`` first for
     worded errors (it is checked again here: metadata only, no sync).
 
     >>> v = token_sufficient_stats(torch.tensor([[1, 1, 0]]), logprobs=torch.tensor([[-1., -2., float("nan")]]),
@@ -145,6 +148,12 @@ def token_sufficient_stats(
     if B * T == 0:
         return _empty_vector(mask.device)
     compiled = _use_compile(compile, B * T)
+    inputs = (advantages, logprobs, ref_logprobs, old_logprobs, kl)
+    if compiled and _native.enabled() and _native.accepts(mask, inputs):
+        with torch.no_grad():
+            vec = _native.token_stats(mask, *inputs, spec.clip_log, spec.clamp, [name for name, _ in TOKEN_FIELDS])
+        if vec is not None:
+            return vec
     rows = max(1, (_COMPILED_CHUNK if compiled else _EAGER_CHUNK) // T)
     out = None
     with torch.no_grad():

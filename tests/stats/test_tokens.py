@@ -344,6 +344,8 @@ def test_no_host_sync_or_data_dependent_shapes():
 
 # ----------------------------------------------------------------------------- compiled path
 def _reset_compile_state(monkeypatch):
+    """Fresh compile state, and the C kernel off: these tests are about the torch.compile path."""
+    monkeypatch.setenv("GRPO_MONITOR_NATIVE", "0")
     monkeypatch.setitem(tk._COMPILE_STATE, "broken", False)
     monkeypatch.setattr(tk, "_COMPILED", {})
 

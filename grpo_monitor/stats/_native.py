@@ -1,0 +1,147 @@
+"""The token pass as a small C kernel (AVX2 + FMA, OpenMP) for float32 tensors on CPU.
+
+``torch.compile`` lowers the fused token pass into two loops that spill registers around
+both exponentials (about 2.2x the read-once floor at 8M tokens on a 2-core AVX2 machine).
+``_token_native.c`` computes the same statistics, with the same masking and the same
+polynomial exponentials, in passes over cache-resident row segments (about 1.3x; see
+``benchmarks/bench_loss.py``). It is built on first use with the C compiler that
+``torch.compile`` needs anyway, cached on disk per source and compiler, and loaded with
+``ctypes`` into the torch process, where its OpenMP calls run on torch's own thread pool.
+
+Anything short of a working kernel (no AVX2, no compiler, a failed build or load, an input
+it does not take) returns ``None`` and the caller uses the compiled or eager path; a failed
+build or load warns once. ``GRPO_MONITOR_NATIVE=0`` (or ``GRPO_MONITOR_COMPILE=0``)
+turns it off; ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+SOURCE = Path(__file__).with_name("_token_native.c")
+FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
+_MASK_KINDS = {torch.float32: 0, torch.bool: 1, torch.uint8: 1, torch.int32: 2, torch.int64: 3}
+_STATE: dict[str, object] = {"lib": None, "broken": False}
+
+
+def enabled() -> bool:
+    """Whether the native path may be tried in this process (env switches, CPU, no earlier failure)."""
+    if _STATE["broken"] or os.environ.get("GRPO_MONITOR_NATIVE", "1") == "0":
+        return False
+    if os.environ.get("GRPO_MONITOR_COMPILE", "1") == "0":
+        return False
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+def accepts(mask: torch.Tensor, tensors: Sequence[torch.Tensor | None]) -> bool:
+    """Whether the kernel takes these inputs: CPU, contiguous, float32 values, a known mask dtype."""
+    if mask.device.type != "cpu" or mask.dtype not in _MASK_KINDS or not mask.is_contiguous():
+        return False
+    present = [t for t in tensors if t is not None]
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in present)
+
+
+def token_stats(mask: torch.Tensor, adv, lp, ref, old, kl, clip_log: tuple[float, float],
+                clamp: tuple[float, float] | None, fields: Sequence[str]) -> torch.Tensor | None:
+    """The float64 statistics vector laid out by ``fields`` (``TOKEN_FIELDS``), or ``None``."""
+    lib = _library(fields)
+    if lib is None:
+        return None
+    B, T = mask.shape
+    threads = max(1, min(torch.get_num_threads(), B))
+    scratch = torch.empty(threads, len(fields), dtype=torch.float64)
+    out = torch.empty(len(fields), dtype=torch.float64)
+    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
+    lo, hi = clamp if clamp is not None else (0.0, 0.0)
+    lib.grpo_token_stats(B, T, mask.data_ptr(), _MASK_KINDS[mask.dtype], ptr(adv), 0 if adv is None else adv.dim(),
+                         ptr(lp), ptr(ref), ptr(old), ptr(kl), clip_log[0], clip_log[1], int(clamp is not None),
+                         lo, hi, threads, scratch.data_ptr(), out.data_ptr())
+    return out
+
+
+def _library(fields: Sequence[str]):
+    """The loaded kernel, built on first use; ``None`` (warned once) when that fails."""
+    if _STATE["lib"] is None and not _STATE["broken"]:
+        try:
+            _STATE["lib"] = _load(_build(), fields)
+        except Exception as exc:  # noqa: BLE001 - any failure: fall back, keep training
+            _STATE["broken"] = True
+            warnings.warn(f"grpo-monitor: the native token kernel is unavailable ({type(exc).__name__}: "
+                          f"{str(exc)[:300]}); using the torch.compile / eager path", RuntimeWarning, stacklevel=4)
+    return _STATE["lib"]
+
+
+def compiler() -> str:
+    """The C compiler: ``$CC``, else gcc, cc or clang on the PATH."""
+    for name in (os.environ.get("CC"), "gcc", "cc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    raise RuntimeError("no C compiler found (set CC, or install gcc)")
+
+
+def cache_dir() -> Path:
+    """``$GRPO_MONITOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/grpo_monitor`` (``~/.cache/grpo_monitor``)."""
+    explicit = os.environ.get("GRPO_MONITOR_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo_monitor"
+
+
+def _build() -> Path:
+    """The shared library for this source, compiler and flags, compiled unless cached.
+
+    The build writes a temporary file and renames it into place, so concurrent processes
+    (the ranks of one job) never load a half-written library.
+    """
+    cc = compiler()
+    source = SOURCE.read_bytes()
+    key = hashlib.sha256(source + cc.encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    folder = _writable(cache_dir()) or _writable(Path(tempfile.gettempdir()) / f"grpo_monitor-{os.getuid()}")
+    if folder is None:
+        raise RuntimeError(f"neither {cache_dir()} nor the temporary directory is writable")
+    target = folder / f"token_native-{key}.so"
+    if target.exists():
+        return target
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+    os.close(fd)
+    try:
+        res = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)
+        if res.returncode != 0:
+            raise RuntimeError(f"{Path(cc).name} failed: {res.stderr.strip()[-500:]}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _writable(folder: Path) -> Path | None:
+    """``folder``, created if needed, when this process can write into it; else ``None``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return folder if os.access(folder, os.W_OK | os.X_OK) else None
+
+
+def _load(path: Path, fields: Sequence[str]):
+    """``ctypes`` handle with argument types set; its slot order must equal ``fields``."""
+    lib = ctypes.CDLL(str(path))
+    order = ctypes.string_at(ctypes.addressof(ctypes.c_char.in_dll(lib, "grpo_token_fields"))).decode()
+    if order.split(",") != list(fields):
+        raise RuntimeError(f"{path.name} lays out {order.count(',') + 1} slots differently from TOKEN_FIELDS")
+    i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
+    fn = lib.grpo_token_stats
+    fn.argtypes = [i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, dbl, dbl, i64, dbl, dbl, i64, ptr, ptr]
+    fn.restype = i64
+    return lib

@@ -1,0 +1,475 @@
+/* The fused token pass for float32 CPU tensors, in AVX2 + FMA (loaded by _native.py).
+ *
+ * It computes what _token_kernel.row_partials computes on its compiled path: the same
+ * masking, the same polynomial exponentials, float32 accumulation within a row and rows
+ * merged in double. The work is organised for 16 vector registers:
+ *
+ * - each row is cut into segments that stay in cache, and each segment is read by a few
+ *   short passes (mask and advantages; KL; ratio; user KL) whose accumulators all fit in
+ *   registers (one loop with all ~20 of them spills on every token);
+ * - token counts are integer lanes (a compare result subtracted as -1), which run on the
+ *   integer units beside the floating-point work;
+ * - both exponentials skip the range reduction when a whole vector of arguments is below
+ *   0.34 in magnitude (log-probability differences nearly always are), bit for bit the same;
+ * - the extrema take no NaN bookkeeping: a non-finite value on a valid token makes one of
+ *   that row's sums (or its max |log ratio|) non-finite, and such a row is recomputed by
+ *   scalar code with NaN-propagating extrema (torch's amax / amin semantics) and the exact
+ *   count of non-finite tokens; on the other rows that count is 0 by construction.
+ *
+ * Compiled with -O2 -mavx2 -mfma, never -ffast-math: NaN must compare as NaN.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Slot order of the output vector: must equal TOKEN_FIELDS (checked when loaded). */
+const char grpo_token_fields[] =
+    "valid_tokens,rows_with_tokens,mask_nonbinary,adv_tokens,adv_sum,adv_abs_sum,adv_row_spread_max,"
+    "adv_live_tokens,logprob_tokens,logprob_nonfinite,kl_tokens,kl_u_sum,kl_u_sq_sum,kl_u_quad_sum,"
+    "kl_u_pos,kl_u_max,kl_u_min,kl_k3_sum,kl_k3_sq_sum,user_kl_tokens,user_kl_sum,user_kl_sq_sum,"
+    "user_k3_tokens,user_k3_absdiff_max,user_clamp_tokens,user_clamp_hits,ratio_tokens,ratio_m1_sum,"
+    "ratio_clipped,on_policy_absdiff_max";
+
+enum {
+    VALID, ROWS, NONBIN, ADV_TOK, ADV_SUM, ADV_ABS, ADV_SPREAD, ADV_LIVE, LP_TOK, LP_NONFIN,
+    KL_TOK, U_SUM, U_SQ, U_QUAD, U_POS, U_MAX, U_MIN, K3_SUM, K3_SQ, USER_TOK, USER_SUM, USER_SQ,
+    USER_K3_TOK, USER_K3_DIFF, CLAMP_TOK, CLAMP_HITS, RATIO_TOK, RATIO_M1, RATIO_CLIP, ONPOL, NFIELDS
+};
+
+enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
+
+#define SEG 1024 /* tokens per segment: the inputs of one segment stay in L1/L2 between passes */
+
+typedef struct {
+    const void *mask;
+    const float *adv, *lp, *ref, *old, *kl;
+    int64_t T, mask_kind, adv_ndim, has_clamp;
+    float clip_lo, clip_hi, clamp_lo, clamp_hi;
+} Inputs;
+
+/* One row's accumulators: float sums and extrema, int32 counts (per lane). */
+typedef struct {
+    __m256i cnt, nonbin, u_pos, clip, hits, nonfin;
+    __m256 adv_sum, adv_abs, adv_hi, adv_lo;
+    __m256 u_sum, u_sq, u_quad, u_max, u_min, k3_sum, k3_sq;
+    __m256 m1_sum, lr_max, user_sum, user_sq, diff_max;
+} Acc;
+
+/* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
+typedef struct { const float *m, *adv, *lp, *ref, *old, *kl; } Seg;
+
+#define ZERO _mm256_setzero_ps()
+#define ONE _mm256_set1_ps(1.0f)
+
+static inline __m256 vabs(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x); }
+static inline __m256i tally(__m256i acc, __m256 flags) { return _mm256_sub_epi32(acc, _mm256_castps_si256(flags)); }
+static inline __m256 masked(__m256 valid, const float *p, int64_t j) { return _mm256_and_ps(valid, _mm256_loadu_ps(p + j)); }
+static inline __m256 valid_at(const Seg *S, int64_t j) { return _mm256_cmp_ps(_mm256_loadu_ps(S->m + j), ZERO, _CMP_GT_OQ); }
+
+/* exp(x) - 1 - x on [LOW, HIGH], the scheme of _token_kernel: x = n ln2 + r, exp(r) = 1 + r + q. */
+#define LOW -104.0f
+#define HIGH 89.0f
+static inline __m256 k3_core(__m256 x) {
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    __m256 t = _mm256_fmadd_ps(x, _mm256_set1_ps(1.4426950408889634f), magic);
+    __m256 n = _mm256_sub_ps(t, magic);
+    __m256 nln2 = _mm256_mul_ps(n, _mm256_set1_ps(0.6931471805599453f));
+    __m256 r = _mm256_sub_ps(x, nln2);
+    __m256 r2 = _mm256_mul_ps(r, r); /* P(r) = 1/2 + r/6 + ... + r^5/5040 by Estrin: shorter chains than Horner */
+    __m256 p01 = _mm256_fmadd_ps(r, _mm256_set1_ps(1.0f / 6), _mm256_set1_ps(0.5f));
+    __m256 p23 = _mm256_fmadd_ps(r, _mm256_set1_ps(1.0f / 120), _mm256_set1_ps(1.0f / 24));
+    __m256 p45 = _mm256_fmadd_ps(r, _mm256_set1_ps(1.0f / 5040), _mm256_set1_ps(1.0f / 720));
+    __m256 q = _mm256_mul_ps(r2, _mm256_fmadd_ps(r2, _mm256_fmadd_ps(r2, p45, p23), p01));
+    __m256i e = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(0x4B400000 - 127));
+    e = _mm256_min_epi32(_mm256_max_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(255));
+    __m256 s = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+    __m256 k = _mm256_fmadd_ps(_mm256_sub_ps(s, ONE), _mm256_add_ps(ONE, r), _mm256_mul_ps(s, q));
+    return _mm256_sub_ps(k, nln2);
+}
+
+/* k3_fast for |x| < SMALL, where the reduction gives n = 0, s = 1, r = x and so k3 = q:
+ * bit-for-bit the same result without the reduction (log-probability differences are
+ * nearly always this small, so the passes test a whole vector and take this branch). */
+#define SMALL 0.34f
+static inline __m256 k3_small(__m256 x) {
+    __m256 r2 = _mm256_mul_ps(x, x);
+    __m256 p01 = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 6), _mm256_set1_ps(0.5f));
+    __m256 p23 = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 120), _mm256_set1_ps(1.0f / 24));
+    __m256 p45 = _mm256_fmadd_ps(x, _mm256_set1_ps(1.0f / 5040), _mm256_set1_ps(1.0f / 720));
+    return _mm256_mul_ps(r2, _mm256_fmadd_ps(r2, _mm256_fmadd_ps(r2, p45, p23), p01));
+}
+
+static inline int all_small(__m256 absx) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(absx, _mm256_set1_ps(SMALL), _CMP_LT_OQ)) == 0xFF;
+}
+
+/* x clamped to [LOW, HIGH], NaN kept (max/min return their second operand when one is NaN). */
+static inline __m256 clamp_arg(__m256 x) {
+    return _mm256_min_ps(_mm256_set1_ps(HIGH), _mm256_max_ps(_mm256_set1_ps(LOW), x));
+}
+
+/* exp(x) - 1 - x for any x (_token_kernel.k3_fast): exact -1 - x below LOW, +inf at +-inf. */
+static inline __m256 k3_fast(__m256 x) {
+    __m256 below = _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(x, _mm256_set1_ps(LOW)));
+    return _mm256_add_ps(k3_core(clamp_arg(x)), below);
+}
+
+/* exp(x) - 1 for any x (_token_kernel.expm1_fast): -1 at -inf, +inf at +inf. */
+static inline __m256 expm1_fast(__m256 x) {
+    __m256 xc = clamp_arg(x);
+    return _mm256_add_ps(k3_core(xc), xc);
+}
+
+static inline __m256 k3_any(__m256 x) { return all_small(vabs(x)) ? k3_small(x) : k3_fast(x); }
+static inline __m256 expm1_any(__m256 x) {
+    return all_small(vabs(x)) ? _mm256_add_ps(k3_small(x), x) : expm1_fast(x);
+}
+
+/* The same function on one float, operation for operation (the exact-row path). */
+static float k3_scalar(float x) {
+    float below = LOW - (x < LOW ? x : LOW);
+    x = isnan(x) ? x : x < LOW ? LOW : x > HIGH ? HIGH : x;
+    const float magic = 12582912.0f;
+    float t = fmaf(x, 1.4426950408889634f, magic), n = t - magic, nln2 = n * 0.6931471805599453f;
+    float r = x - nln2;
+    float p = fmaf(r, 1.0f / 5040, 1.0f / 720);
+    p = fmaf(p, r, 1.0f / 120);
+    p = fmaf(p, r, 1.0f / 24);
+    p = fmaf(p, r, 1.0f / 6);
+    p = fmaf(p, r, 0.5f);
+    float q = (r * r) * p;
+    int32_t bits;
+    memcpy(&bits, &t, 4);
+    int32_t e = bits - (0x4B400000 - 127);
+    e = e < 0 ? 0 : e > 255 ? 255 : e;
+    uint32_t sbits = (uint32_t)e << 23;
+    float s;
+    memcpy(&s, &sbits, 4);
+    return (fmaf(s - 1.0f, 1.0f + r, s * q) - nln2) + below;
+}
+
+/* ---------------------------------------------------------------- the passes over a segment */
+static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
+    __m256i cnt = A->cnt, nonbin = A->nonbin;
+    __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
+        cnt = tally(cnt, valid);
+        nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
+        if (adv2) {
+            __m256 a = _mm256_loadu_ps(S->adv + j), a0 = _mm256_and_ps(valid, a);
+            sum = _mm256_add_ps(sum, a0);
+            abs_sum = _mm256_add_ps(abs_sum, vabs(a0));
+            hi = _mm256_max_ps(hi, _mm256_blendv_ps(ninf, a, valid));
+            lo = _mm256_min_ps(lo, _mm256_blendv_ps(pinf, a, valid));
+        }
+    }
+    A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
+}
+
+static void pass_kl(const Seg *S, int64_t n, Acc *A) {
+    __m256i pos = A->u_pos;
+    __m256 s1 = A->u_sum, s2 = A->u_sq, s4 = A->u_quad, mx = A->u_max, mn = A->u_min, k1 = A->k3_sum, k2 = A->k3_sq;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j);
+        __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j)), u2 = _mm256_mul_ps(u, u);
+        s1 = _mm256_add_ps(s1, u);
+        s2 = _mm256_add_ps(s2, u2);
+        s4 = _mm256_fmadd_ps(u2, u2, s4);
+        pos = tally(pos, _mm256_cmp_ps(u, ZERO, _CMP_GT_OQ));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, u, valid));
+        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, u, valid));
+        __m256 k3 = k3_any(u);
+        k1 = _mm256_add_ps(k1, k3);
+        k2 = _mm256_fmadd_ps(k3, k3, k2);
+    }
+    A->u_pos = pos; A->u_sum = s1; A->u_sq = s2; A->u_quad = s4; A->u_max = mx; A->u_min = mn;
+    A->k3_sum = k1; A->k3_sq = k2;
+}
+
+static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
+    __m256i clip = A->clip;
+    __m256 m1 = A->m1_sum, mx = A->lr_max;
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j);
+        __m256 lr = _mm256_sub_ps(masked(valid, S->lp, j), masked(valid, S->old, j));
+        clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
+        m1 = _mm256_add_ps(m1, expm1_any(lr));
+        mx = _mm256_max_ps(mx, vabs(lr));
+    }
+    A->clip = clip; A->m1_sum = m1; A->lr_max = mx;
+}
+
+/* pass_kl and pass_ratio in one loop (one mask and logprobs read, 11 accumulators). */
+static void pass_kl_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
+    __m256i pos = A->u_pos, clip = A->clip;
+    __m256 s1 = A->u_sum, s2 = A->u_sq, s4 = A->u_quad, mx = A->u_max, mn = A->u_min, k1 = A->k3_sum, k2 = A->k3_sq;
+    __m256 m1 = A->m1_sum, lmx = A->lr_max;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j), l0 = masked(valid, S->lp, j);
+        __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), l0), u2 = _mm256_mul_ps(u, u);
+        s1 = _mm256_add_ps(s1, u);
+        s2 = _mm256_add_ps(s2, u2);
+        s4 = _mm256_fmadd_ps(u2, u2, s4);
+        pos = tally(pos, _mm256_cmp_ps(u, ZERO, _CMP_GT_OQ));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, u, valid));
+        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, u, valid));
+        __m256 lr = _mm256_sub_ps(l0, masked(valid, S->old, j)), alr = vabs(lr);
+        __m256 k3, e3;
+        if (all_small(_mm256_max_ps(vabs(u), alr))) { k3 = k3_small(u); e3 = _mm256_add_ps(k3_small(lr), lr); }
+        else { k3 = k3_fast(u); e3 = expm1_fast(lr); }
+        k1 = _mm256_add_ps(k1, k3);
+        k2 = _mm256_fmadd_ps(k3, k3, k2);
+        clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
+        m1 = _mm256_add_ps(m1, e3);
+        lmx = _mm256_max_ps(lmx, alr);
+    }
+    A->u_pos = pos; A->u_sum = s1; A->u_sq = s2; A->u_quad = s4; A->u_max = mx; A->u_min = mn;
+    A->k3_sum = k1; A->k3_sq = k2; A->clip = clip; A->m1_sum = m1; A->lr_max = lmx;
+}
+
+static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+    __m256i hits = A->hits;
+    __m256 s1 = A->user_sum, s2 = A->user_sq, dmax = A->diff_max;
+    const __m256 clo = _mm256_set1_ps(in->clamp_lo), chi = _mm256_set1_ps(in->clamp_hi);
+    int has_u = S->lp && S->ref;
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j), k0 = masked(valid, S->kl, j);
+        s1 = _mm256_add_ps(s1, k0);
+        s2 = _mm256_fmadd_ps(k0, k0, s2);
+        if (has_u) {
+            __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j));
+            dmax = _mm256_max_ps(dmax, vabs(_mm256_sub_ps(k0, k3_any(u))));
+        }
+        if (in->has_clamp) {
+            __m256 hit = _mm256_or_ps(_mm256_cmp_ps(k0, clo, _CMP_LE_OQ), _mm256_cmp_ps(k0, chi, _CMP_GE_OQ));
+            hits = tally(hits, _mm256_and_ps(valid, hit));
+        }
+    }
+    A->hits = hits; A->user_sum = s1; A->user_sq = s2; A->diff_max = dmax;
+}
+
+/* Non-finite tokens when no difference of log-probabilities is formed (one input alone, or
+ * ref and old without logprobs): NaN or inf in their sum. With a difference, a non-finite
+ * token makes a row sum non-finite and the row is recounted exactly (finish_row). */
+static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
+    __m256i nf = A->nonfin;
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j), total = ZERO;
+        if (S->lp) total = _mm256_add_ps(total, masked(valid, S->lp, j));
+        if (S->ref) total = _mm256_add_ps(total, masked(valid, S->ref, j));
+        if (S->old) total = _mm256_add_ps(total, masked(valid, S->old, j));
+        nf = tally(nf, _mm256_cmp_ps(_mm256_sub_ps(total, total), ZERO, _CMP_NEQ_UQ));
+    }
+    A->nonfin = nf;
+}
+
+static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
+    pass_mask_adv(S, n, in->adv_ndim == 2, A);
+    int kl = S->lp && S->ref, ratio = S->lp && S->old;
+    if (kl && ratio) pass_kl_ratio(S, n, in->clip_lo, in->clip_hi, A);
+    else if (kl) pass_kl(S, n, A);
+    else if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
+    if (!kl && !ratio && (S->lp || S->ref || S->old)) pass_nonfinite(S, n, A);
+    if (S->kl) pass_user(S, n, in, A);
+}
+
+/* ---------------------------------------------------------------- rows */
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+static inline double hcount(__m256i v) {
+    int32_t x[8];
+    double s = 0;
+    _mm256_storeu_si256((__m256i *)x, v);
+    for (int i = 0; i < 8; i++) s += x[i];
+    return s;
+}
+
+static inline float hmax(__m256 v) {
+    float x[8], m = -INFINITY;
+    _mm256_storeu_ps(x, v);
+    for (int i = 0; i < 8; i++) m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+static inline float hmin(__m256 v) {
+    float x[8], m = INFINITY;
+    _mm256_storeu_ps(x, v);
+    for (int i = 0; i < 8; i++) m = x[i] < m ? x[i] : m;
+    return m;
+}
+
+/* Running extrema with NaN propagation (torch's amax / amin). */
+static inline void put_max(double *o, double v) { if (!isnan(*o) && (isnan(v) || v > *o)) *o = v; }
+static inline void put_min(double *o, double v) { if (!isnan(*o) && (isnan(v) || v < *o)) *o = v; }
+static inline float fmax_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (b > a ? b : a); }
+static inline float fmin_nan(float a, float b) { return isnan(a) || isnan(b) ? NAN : (b < a ? b : a); }
+
+static inline float mask_at(const Inputs *in, int64_t i) {
+    if (in->mask_kind == MASK_F32) return ((const float *)in->mask)[i];
+    if (in->mask_kind == MASK_U8) return (float)((const uint8_t *)in->mask)[i];
+    if (in->mask_kind == MASK_I32) return (float)((const int32_t *)in->mask)[i];
+    return (float)((const int64_t *)in->mask)[i];
+}
+
+/* Extrema and non-finite count of one row by scalar code, NaN-exact. */
+typedef struct { float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, nonfin; } Exact;
+
+static Exact exact_row(const Inputs *in, int64_t row) {
+    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, 0.0f};
+    int has_u = in->lp && in->ref, has_lr = in->lp && in->old;
+    for (int64_t i = row * in->T; i < (row + 1) * in->T; i++) {
+        if (!(mask_at(in, i) > 0)) continue;
+        float l = in->lp ? in->lp[i] : 0.0f, r = in->ref ? in->ref[i] : 0.0f, o = in->old ? in->old[i] : 0.0f;
+        float u = r - l, lr = l - o;
+        if (in->adv_ndim == 2) { x.adv_hi = fmax_nan(x.adv_hi, in->adv[i]); x.adv_lo = fmin_nan(x.adv_lo, in->adv[i]); }
+        if (has_u) { x.u_max = fmax_nan(x.u_max, u); x.u_min = fmin_nan(x.u_min, u); }
+        if (has_lr) x.lr_max = fmax_nan(x.lr_max, fabsf(lr));
+        if (has_u && in->kl) x.diff_max = fmax_nan(x.diff_max, fabsf(in->kl[i] - k3_scalar(u)));
+        float total = has_u ? (has_lr ? u + lr : u) : (has_lr ? lr : l + r + o);
+        x.nonfin += (total - total) != 0.0f;
+    }
+    return x;
+}
+
+static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
+    float cnt = (float)hcount(a->cnt);
+    int has = cnt > 0, has_u = in->lp && in->ref, has_lr = in->lp && in->old;
+    float sums[] = {hsum(a->adv_sum), hsum(a->adv_abs), hsum(a->u_sum), hsum(a->u_sq), hsum(a->u_quad),
+                    hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq)};
+    Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max), 0};
+    int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
+    for (int k = 0; k < 10; k++) finite &= isfinite(sums[k]);
+    if (!finite) x = exact_row(in, row);
+    else if (!has_u && !has_lr) x.nonfin = (float)hcount(a->nonfin);
+    o[VALID] += cnt; o[ROWS] += has; o[NONBIN] += hcount(a->nonbin);
+    if (in->adv_ndim) {
+        float hi = x.adv_hi, lo = x.adv_lo, sum = sums[0], abs_sum = sums[1];
+        if (in->adv_ndim == 1) {
+            float v = has ? in->adv[row] : 0.0f;
+            hi = lo = v; sum = cnt * v; abs_sum = cnt * fabsf(v);
+        }
+        o[ADV_TOK] += cnt; o[ADV_SUM] += sum; o[ADV_ABS] += abs_sum;
+        put_max(&o[ADV_SPREAD], has ? hi - lo : -INFINITY);
+        o[ADV_LIVE] += (hi > 0 || lo < 0) ? cnt : 0.0f;
+    }
+    if (in->lp || in->ref || in->old) { o[LP_TOK] += cnt; o[LP_NONFIN] += x.nonfin; }
+    if (has_u) {
+        o[KL_TOK] += cnt; o[U_SUM] += sums[2]; o[U_SQ] += sums[3]; o[U_QUAD] += sums[4];
+        o[U_POS] += hcount(a->u_pos); o[K3_SUM] += sums[5]; o[K3_SQ] += sums[6];
+        put_max(&o[U_MAX], x.u_max); put_min(&o[U_MIN], x.u_min);
+    }
+    if (has_lr) {
+        o[RATIO_TOK] += cnt; o[RATIO_M1] += sums[7]; o[RATIO_CLIP] += hcount(a->clip);
+        if (has) put_max(&o[ONPOL], x.lr_max);
+    }
+    if (in->kl) {
+        o[USER_TOK] += cnt; o[USER_SUM] += sums[8]; o[USER_SQ] += sums[9];
+        if (has_u) { o[USER_K3_TOK] += cnt; if (has) put_max(&o[USER_K3_DIFF], x.diff_max); }
+        if (in->has_clamp) { o[CLAMP_TOK] += cnt; o[CLAMP_HITS] += hcount(a->hits); }
+    }
+}
+
+static void init_acc(Acc *a) {
+    memset(a, 0, sizeof *a);
+    a->adv_hi = a->u_max = _mm256_set1_ps(-INFINITY);
+    a->adv_lo = a->u_min = _mm256_set1_ps(INFINITY);
+}
+
+/* The mask of tokens [off, off + n) as float, zero-padded to `padded` (a multiple of 8);
+ * one loop per dtype so that the compiler vectorises the conversion. */
+static const float *mask_floats(const Inputs *in, int64_t off, int64_t n, int64_t padded, float *buf) {
+    const void *m = in->mask;
+    switch (in->mask_kind) {
+    case MASK_F32:
+        if (n == padded) return (const float *)m + off;
+        for (int64_t i = 0; i < n; i++) buf[i] = ((const float *)m)[off + i];
+        break;
+    case MASK_U8: for (int64_t i = 0; i < n; i++) buf[i] = (float)((const uint8_t *)m)[off + i]; break;
+    case MASK_I32: for (int64_t i = 0; i < n; i++) buf[i] = (float)((const int32_t *)m)[off + i]; break;
+    default: for (int64_t i = 0; i < n; i++) buf[i] = (float)((const int64_t *)m)[off + i]; break;
+    }
+    for (int64_t i = n; i < padded; i++) buf[i] = 0.0f;
+    return buf;
+}
+
+static const float *tail(const float *p, int64_t off, int64_t n, float *buf) {
+    if (!p) return NULL;
+    for (int64_t i = 0; i < 8; i++) buf[i] = i < n ? p[off + i] : 0.0f;
+    return buf;
+}
+
+static inline const float *at(const float *p, int64_t off) { return p ? p + off : NULL; }
+
+static void merge(double *o, const double *x) {
+    for (int k = 0; k < NFIELDS; k++) {
+        if (k == ADV_SPREAD || k == U_MAX || k == USER_K3_DIFF || k == ONPOL) put_max(&o[k], x[k]);
+        else if (k == U_MIN) put_min(&o[k], x[k]);
+        else o[k] += x[k];
+    }
+}
+
+static void empty(double *o) {
+    for (int k = 0; k < NFIELDS; k++) o[k] = 0.0;
+    o[ADV_SPREAD] = o[U_MAX] = o[USER_K3_DIFF] = o[ONPOL] = -INFINITY;
+    o[U_MIN] = INFINITY;
+}
+
+static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
+    const float *adv2 = in->adv_ndim == 2 ? in->adv : NULL;
+    const float *lp = in->lp, *ref = in->ref, *old = in->old, *kl = in->kl;
+    int64_t T = in->T;
+    float mbuf[SEG], bufs[5][8];
+    for (int64_t row = r0; row < r1; row++) {
+        Acc a;
+        init_acc(&a);
+        for (int64_t s = 0; s < T; s += SEG) {
+            int64_t off = row * T + s, n = T - s < SEG ? T - s : SEG, full = n - n % 8;
+            if (full) {
+                Seg S = {mask_floats(in, off, full, full, mbuf), at(adv2, off), at(lp, off), at(ref, off),
+                         at(old, off), at(kl, off)};
+                segment(in, &S, full, &a);
+            }
+            if (full < n) {
+                int64_t t = off + full, k = n - full;
+                Seg S = {mask_floats(in, t, k, 8, mbuf), tail(adv2, t, k, bufs[0]), tail(lp, t, k, bufs[1]),
+                         tail(ref, t, k, bufs[2]), tail(old, t, k, bufs[3]), tail(kl, t, k, bufs[4])};
+                segment(in, &S, 8, &a);
+            }
+        }
+        finish_row(in, &a, row, out);
+    }
+}
+
+/* Every row of contiguous (B, T) inputs (absent ones NULL) on up to `threads` OpenMP threads
+ * (torch's own pool when loaded into a torch process), with `scratch` holding threads x
+ * NFIELDS doubles. Writes the statistics vector into out; the parts merge in thread order,
+ * so a result does not depend on timing. Returns the number of slots. */
+int64_t grpo_token_stats(int64_t B, int64_t T, const void *mask, int64_t mask_kind, const float *adv,
+                         int64_t adv_ndim, const float *lp, const float *ref, const float *old, const float *kl,
+                         double clip_lo, double clip_hi, int64_t has_clamp, double clamp_lo, double clamp_hi,
+                         int64_t threads, double *scratch, double *out) {
+    Inputs in = {mask, adv, lp, ref, old, kl, T, mask_kind, adv_ndim, has_clamp,
+                 (float)clip_lo, (float)clip_hi, (float)clamp_lo, (float)clamp_hi};
+    double (*parts)[NFIELDS] = (double (*)[NFIELDS])scratch; /* threads x NFIELDS, from the caller */
+    int nt = (int)(threads < 1 ? 1 : threads);
+    if (nt > B) nt = (int)(B > 0 ? B : 1);
+    #pragma omp parallel for num_threads(nt) schedule(static, 1)
+    for (int t = 0; t < nt; t++) {
+        empty(parts[t]);
+        rows(&in, B * t / nt, B * (t + 1) / nt, parts[t]);
+    }
+    empty(out);
+    for (int t = 0; t < nt; t++) merge(out, parts[t]);
+    return NFIELDS;
+}

@@ -1,0 +1,252 @@
+"""The C token kernel (``_native``) against the float64 reference and the eager path.
+
+The kernel is compiled here with the machine's C compiler (the one ``torch.compile``
+needs); the tests skip only on a CPU without AVX2 or a machine without a compiler.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from grpo_monitor.stats import _native
+from grpo_monitor.stats import tokens as tk
+from grpo_monitor.stats.tokens import TOKEN_FIELDS, TOKEN_INDEX, token_metrics, token_sufficient_stats
+
+from test_tokens import assert_metrics_close, reference_metrics, seed_batch, stats
+
+FIELDS = [name for name, _ in TOKEN_FIELDS]
+#: Slots that are counts or extrema of the inputs: equal exactly whatever the summation order
+#: (not |kl - k3|, whose k3 comes from the polynomial here and from expm1 eagerly).
+EXACT = [i for i, (n, op) in enumerate(TOKEN_FIELDS)
+         if n != "user_k3_absdiff_max" and (op != "sum" or n.endswith(("tokens", "nonbinary", "nonfinite", "_pos",
+                                                                          "clipped", "hits")))]
+
+
+@pytest.fixture(autouse=True)
+def native(monkeypatch):
+    """The kernel on, its state fresh, and the test failed (not skipped) should it silently fall back."""
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the C kernel needs an AVX2 CPU")
+    try:
+        _native.compiler()
+    except RuntimeError:
+        pytest.skip("no C compiler on this machine")
+    monkeypatch.delenv("GRPO_MONITOR_NATIVE", raising=False)
+    monkeypatch.delenv("GRPO_MONITOR_COMPILE", raising=False)
+    monkeypatch.setitem(_native._STATE, "broken", False)
+    calls = []
+    real = _native.token_stats
+    monkeypatch.setattr(_native, "token_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def run_native(calls, **x) -> torch.Tensor:
+    """``token_sufficient_stats`` with ``compile=True``, asserting that the kernel produced it."""
+    before = len(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        vec = token_sufficient_stats(**x, compile=True)
+    assert len(calls) == before + 1, "the C kernel was not used"
+    return vec
+
+
+def assert_agrees(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Counts and extrema exact, sums to float32 accumulation accuracy; a slot the eager path
+    makes non-finite is non-finite here too (k3 of u = -inf is NaN on the polynomial paths,
+    compiled and native alike, and +inf from expm1: either way the token is counted in
+    ``logprob_nonfinite``, which must agree exactly)."""
+    torch.testing.assert_close(got[EXACT], want[EXACT], rtol=0, atol=0, equal_nan=True)
+    finite = want.isfinite()
+    assert not got[~finite].isfinite().any(), f"finite where eager is not: {got[~finite]} vs {want[~finite]}"
+    torch.testing.assert_close(got[finite], want[finite], rtol=2e-5, atol=1e-5)
+
+
+def test_matches_float64_reference_at_one_million_tokens(native):
+    x = seed_batch(B=256, T=4096, p_valid=0.9, seed=21)
+    got = token_metrics(run_native(native, **x))
+    assert_metrics_close(got, reference_metrics(**{k: v.numpy() for k, v in x.items()}), rtol=1e-5, atol=1e-6,
+                         std_slack=False)
+
+
+@pytest.mark.parametrize("scale", [0.01, 0.3, 3.0, 6.0], ids=lambda s: f"u~{s}")
+def test_large_and_small_log_ratios(native, scale):
+    """Both exponential branches: |u| < 0.34 (no range reduction) and beyond, mixed within vectors."""
+    gen = torch.Generator().manual_seed(22)
+    B, T = 64, 1000
+    lp = -torch.rand(B, T, generator=gen) * 5
+    x = dict(mask=(torch.rand(B, T, generator=gen) < 0.85).float(), logprobs=lp,
+             ref_logprobs=lp + scale * torch.randn(B, T, generator=gen),
+             old_logprobs=lp + scale * torch.randn(B, T, generator=gen), advantages=torch.randn(B, generator=gen))
+    x["kl"] = torch.rand(B, T, generator=gen) * 12 - 1
+    got = token_metrics(run_native(native, **x))
+    want = reference_metrics(**{k: v.numpy() for k, v in x.items()})
+    assert_metrics_close(got, want, rtol=1e-4, atol=1e-6, std_slack=False)
+    assert_agrees(run_native(native, **x), stats(**x))
+
+
+PRESENCE = [(), ("advantages",), ("logprobs",), ("ref_logprobs",), ("logprobs", "ref_logprobs"),
+            ("logprobs", "old_logprobs"), ("ref_logprobs", "old_logprobs"), ("logprobs", "ref_logprobs", "old_logprobs"),
+            ("advantages", "logprobs", "ref_logprobs", "old_logprobs", "kl"), ("logprobs", "kl"),
+            ("logprobs", "ref_logprobs", "kl")]
+
+
+@pytest.mark.parametrize("given", PRESENCE, ids=lambda g: "+".join(g) or "mask")
+@pytest.mark.parametrize("T", [7, 16, 1029, 2500], ids=lambda t: f"T{t}")
+def test_every_input_combination_agrees_with_eager(native, given, T):
+    """Tails (T % 8), several segments per row (T > 1024), each subset of the inputs."""
+    x = seed_batch(B=9, T=T, p_valid=0.7, seed=T)
+    x["kl"] = torch.where(x["mask"] > 0, torch.rand(9, T) * 11 - 0.5, math.nan)
+    y = {"mask": x["mask"], **{k: x[k] for k in given}}
+    assert_agrees(run_native(native, **y), stats(**y))
+
+
+@pytest.mark.parametrize("mask_dtype", [torch.bool, torch.uint8, torch.int32, torch.int64], ids=str)
+def test_mask_dtypes(native, mask_dtype):
+    x = seed_batch(B=6, T=333, seed=23)
+    x["mask"] = x["mask"].to(mask_dtype)
+    if mask_dtype != torch.bool:
+        x["mask"][0, :5] = torch.tensor([2, 3, 0, 1, 7], dtype=mask_dtype)  # non-binary entries are counted
+    assert_agrees(run_native(native, **x), stats(**x))
+
+
+def test_float_mask_oddities_are_counted_like_eager(native):
+    x = seed_batch(B=4, T=40, seed=24)
+    x["mask"][0, :6] = torch.tensor([0.5, -1.0, math.nan, -0.0, 2.0, math.inf])
+    got = run_native(native, **x)
+    assert_agrees(got, stats(**x))
+    assert got[TOKEN_INDEX["mask_nonbinary"]] == 5  # -0.0 is zero
+
+
+def test_row_advantages_and_no_advantages(native):
+    x = seed_batch(B=12, T=100, seed=25)
+    x["advantages"] = x["advantages"][:, 0].clone().nan_to_num(0.0)
+    x["advantages"][3] = 0.0
+    assert_agrees(run_native(native, **x), stats(**x))
+
+
+@pytest.mark.parametrize("where", ["adv_nan", "adv_inf", "lp_inf", "lp_-inf", "ref_nan", "ref_-inf", "old_inf", "old_-inf",
+                                   "old_nan", "kl_inf", "kl_nan", "u_overflow", "lr_huge"])
+def test_non_finite_values_on_valid_tokens(native, where):
+    """Rows whose sums turn non-finite are recounted exactly: NaN-propagating extrema, the exact non-finite count."""
+    x = seed_batch(B=5, T=50, p_valid=1.0, seed=26)
+    x["kl"] = torch.rand(5, 50)
+    name, value = where.split("_")
+    key = {"adv": "advantages", "lp": "logprobs", "ref": "ref_logprobs", "old": "old_logprobs", "kl": "kl",
+           "u": "ref_logprobs", "lr": "old_logprobs"}[name]
+    x[key][2, 7] = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "overflow": 3e38, "huge": 3e38}[value]
+    if where == "u_overflow":
+        x["logprobs"][2, 7] = -3e38
+    got, want = run_native(native, **x), stats(**x)
+    assert_agrees(got, want)
+    assert got[TOKEN_INDEX["logprob_nonfinite"]] == want[TOKEN_INDEX["logprob_nonfinite"]]
+
+
+def test_garbage_in_the_padding_never_leaks(native):
+    clean = seed_batch(B=16, T=257, p_valid=0.6, seed=27, garbage=0.0)
+    results = []
+    for garbage in (math.nan, math.inf, -3e38, 5.0):
+        x = {k: v.clone() for k, v in clean.items()}
+        for k in ("advantages", "logprobs", "ref_logprobs", "old_logprobs"):
+            x[k][x["mask"] == 0] = garbage
+        results.append(run_native(native, **x))
+    for r in results[1:]:
+        assert torch.equal(r, results[0])
+
+
+def test_result_does_not_depend_on_the_thread_count(native):
+    x = seed_batch(B=33, T=600, seed=28)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = run_native(native, **x)
+        torch.set_num_threads(max(2, before))
+        many = run_native(native, **x)
+    finally:
+        torch.set_num_threads(before)
+    assert_agrees(many, one)
+    assert torch.equal(run_native(native, **x), many), "same thread count, same bits"
+
+
+def test_inputs_it_does_not_take_go_to_the_compiled_path(native, monkeypatch):
+    """float64, bfloat16 and non-contiguous inputs: the same statistics through torch.compile / eager."""
+    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))  # no inductor build
+    x = seed_batch(B=8, T=64, seed=29)
+    for y in ({**x, "logprobs": x["logprobs"].double()}, {**x, "ref_logprobs": x["ref_logprobs"].bfloat16()},
+              {**x, "old_logprobs": x["old_logprobs"].t().contiguous().t()}):
+        assert not _native.accepts(y["mask"], [y.get(k) for k in ("advantages", "logprobs", "ref_logprobs", "old_logprobs")])
+        token_sufficient_stats(**y, compile=True)
+    assert native == [], "the kernel was called for inputs it does not take"
+
+
+def test_environment_switches_turn_it_off(native, monkeypatch):
+    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))
+    x = seed_batch(B=4, T=32, seed=30)
+    for var in ("GRPO_MONITOR_NATIVE", "GRPO_MONITOR_COMPILE"):
+        monkeypatch.setenv(var, "0")
+        token_sufficient_stats(**x, compile=True)
+        monkeypatch.delenv(var)
+    token_sufficient_stats(**x, compile=False)
+    assert native == []
+
+
+def test_a_failed_build_warns_once_and_falls_back(native, monkeypatch, tmp_path):
+    monkeypatch.setitem(_native._STATE, "lib", None)
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(_native, "compiler", lambda: str(tmp_path / "no-such-cc"))
+    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))
+    x = seed_batch(B=4, T=32, seed=31)
+    with pytest.warns(RuntimeWarning, match="native token kernel is unavailable"):
+        first = token_sufficient_stats(**x, compile=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = token_sufficient_stats(**x, compile=True)
+    assert torch.equal(first, stats(**x)) and torch.equal(second, first)
+    assert _native._STATE["broken"]
+
+
+def test_build_is_cached_and_safe_to_race(native, monkeypatch, tmp_path):
+    """Two builders into one empty cache (two ranks starting together) get one complete library."""
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
+    paths, errors = [], []
+
+    def build():
+        try:
+            paths.append(_native._build())
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=build) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(set(paths)) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [paths[0].name], "no temporary files left behind"
+    _native._load(paths[0], FIELDS)
+    assert _native._build() == paths[0]
+
+
+def test_a_library_with_another_slot_order_is_refused(native, monkeypatch, tmp_path):
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="differently from TOKEN_FIELDS"):
+        _native._load(_native._build(), FIELDS[::-1])
+
+
+def test_seed_kl_table_through_the_kernel(native):
+    """Seed 002 section 4: k1 and k3 unbiased for 0.023224, k1 negative on ~30% of tokens, k3 never."""
+    x = seed_batch(B=512, T=2048, p_valid=0.9, seed=32)
+    m = token_metrics(run_native(native, **x))
+    pi, pi_ref = np.array([0.40, 0.30, 0.15, 0.10, 0.05]), np.array([0.35, 0.25, 0.20, 0.12, 0.08])
+    true_kl = float(np.sum(pi * np.log(pi / pi_ref)))
+    n = m["grpo/tokens/valid"]
+    for k in ("k1", "k3"):
+        assert abs(m[f"grpo/kl/{k}_mean"] - true_kl) < 4 * m[f"grpo/kl/{k}_std"] / math.sqrt(n)
+    assert m["grpo/kl/k1_neg_frac"] == pytest.approx(float(pi[pi < pi_ref].sum()), abs=0.005)
+    assert m["grpo/kl/k3_neg_frac"] == 0.0
