@@ -3,7 +3,7 @@
 ``torch.compile`` lowers the fused token pass into two loops that spill registers around
 both exponentials (about 2.2x the read-once floor at 8M tokens on a 2-core AVX2 machine).
 ``_token_native.c`` computes the same statistics, with the same masking and the same
-polynomial exponentials, in passes over cache-resident row segments (about 1.3x; see
+polynomial exponentials, in passes over cache-resident row segments (about 1.4x; see
 ``benchmarks/bench_loss.py``). It is built on first use with the C compiler that
 ``torch.compile`` needs anyway, cached on disk per source and compiler, and loaded with
 ``ctypes`` into the torch process, where its OpenMP calls run on torch's own thread pool.

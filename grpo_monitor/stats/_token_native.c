@@ -204,36 +204,6 @@ static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
     A->clip = clip; A->m1_sum = m1; A->lr_max = mx;
 }
 
-/* pass_kl and pass_ratio in one loop (one mask and logprobs read, 11 accumulators). */
-static void pass_kl_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
-    __m256i pos = A->u_pos, clip = A->clip;
-    __m256 s1 = A->u_sum, s2 = A->u_sq, s4 = A->u_quad, mx = A->u_max, mn = A->u_min, k1 = A->k3_sum, k2 = A->k3_sq;
-    __m256 m1 = A->m1_sum, lmx = A->lr_max;
-    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
-    const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-    for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), l0 = masked(valid, S->lp, j);
-        __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), l0), u2 = _mm256_mul_ps(u, u);
-        s1 = _mm256_add_ps(s1, u);
-        s2 = _mm256_add_ps(s2, u2);
-        s4 = _mm256_fmadd_ps(u2, u2, s4);
-        pos = tally(pos, _mm256_cmp_ps(u, ZERO, _CMP_GT_OQ));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, u, valid));
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, u, valid));
-        __m256 lr = _mm256_sub_ps(l0, masked(valid, S->old, j)), alr = vabs(lr);
-        __m256 k3, e3;
-        if (all_small(_mm256_max_ps(vabs(u), alr))) { k3 = k3_small(u); e3 = _mm256_add_ps(k3_small(lr), lr); }
-        else { k3 = k3_fast(u); e3 = expm1_fast(lr); }
-        k1 = _mm256_add_ps(k1, k3);
-        k2 = _mm256_fmadd_ps(k3, k3, k2);
-        clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
-        m1 = _mm256_add_ps(m1, e3);
-        lmx = _mm256_max_ps(lmx, alr);
-    }
-    A->u_pos = pos; A->u_sum = s1; A->u_sq = s2; A->u_quad = s4; A->u_max = mx; A->u_min = mn;
-    A->k3_sum = k1; A->k3_sq = k2; A->clip = clip; A->m1_sum = m1; A->lr_max = lmx;
-}
-
 static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
     __m256i hits = A->hits;
     __m256 s1 = A->user_sum, s2 = A->user_sq, dmax = A->diff_max;
@@ -273,9 +243,8 @@ static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
 static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
     pass_mask_adv(S, n, in->adv_ndim == 2, A);
     int kl = S->lp && S->ref, ratio = S->lp && S->old;
-    if (kl && ratio) pass_kl_ratio(S, n, in->clip_lo, in->clip_hi, A);
-    else if (kl) pass_kl(S, n, A);
-    else if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
+    if (kl) pass_kl(S, n, A);
+    if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
     if (!kl && !ratio && (S->lp || S->ref || S->old)) pass_nonfinite(S, n, A);
     if (S->kl) pass_user(S, n, in, A);
 }

@@ -123,7 +123,7 @@ def token_sufficient_stats(
     Empty sums are 0, empty minima +inf, empty maxima -inf. ``compile``: ``"auto"`` (compile
     large inputs unless ``GRPO_MONITOR_COMPILE=0``), ``True`` or ``False``; a failed compile
     warns once and the process continues eagerly. Compiled on an AVX2 CPU, contiguous float32
-    inputs take the C kernel of ``_native`` (same statistics, one pass, ~1.3x the cost of
+    inputs take the C kernel of ``_native`` (same statistics, one pass, ~1.4x the cost of
     reading the inputs); anything else takes ``torch.compile``. Call ``validate_token_inputs`` first for
     worded errors (it is checked again here: metadata only, no sync).
 
