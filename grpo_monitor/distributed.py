@@ -1,6 +1,8 @@
-"""torch.distributed helpers: who we are, and one collective that reduces a stats vector."""
+"""torch.distributed helpers: who we are, one collective that reduces a stats vector, and an object gather."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 
@@ -31,3 +33,19 @@ def all_reduce_fields(vec: torch.Tensor, layout: FieldLayout, keep_local: torch.
     dist.all_gather(gathered, vec.contiguous())
     reduced = layout.reduce(torch.stack(gathered))
     return reduced if keep_local is None else torch.where(keep_local.to(vec.device), vec, reduced)
+
+
+def gather_objects(obj: Any) -> list[Any]:
+    """Every rank's ``obj`` in rank order (pickled through ``all_gather_object``); ``[obj]`` alone.
+
+    With NCCL, torch moves the pickles through the current CUDA device: call
+    ``torch.cuda.set_device`` for the rank first, as any NCCL job does.
+    """
+    import torch.distributed as dist
+
+    _, world = rank_and_world()
+    if world == 1:
+        return [obj]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, obj)
+    return out

@@ -15,7 +15,7 @@ import torch
 from . import inputs
 from .config import MonitorConfig
 from .conventions import ConventionTracker
-from .distributed import all_reduce_fields, rank_and_world
+from .distributed import all_reduce_fields, gather_objects, rank_and_world
 from .invariants import HINTS, group_violations, token_violations
 from .questions import QuestionTracker
 from .repro import save_repro
@@ -26,7 +26,7 @@ from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
 from .stats.rollout import ROLLOUT_INDEX, rollout_stats
-from .step import LEDGER, ROLLOUT, GenerationRecord, RolloutRecord, StepState
+from .step import LEDGER, ROLLOUT, GenerationRecord, HostGroups, RolloutRecord, StepState
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -128,8 +128,9 @@ class GRPOMonitor:
         tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
         if lengths is not None:
             tokens = inputs.align_rows(lengths, "lengths", layout).sum()
+        rounds = len(self._state.generations) + 1  # calls so far this step: a max, so ranks' rounds are not added up
         vec = torch.stack([
-            torch.ones_like(tokens), torch.full_like(tokens, layout.num_groups), torch.full_like(tokens, len(layout.rewards)),
+            torch.full_like(tokens, rounds), torch.full_like(tokens, layout.num_groups), torch.full_like(tokens, len(layout.rewards)),
             tokens, torch.full_like(tokens, float(lengths is not None)), s.degenerate.sum().to(tokens),
             s.nonbinary.to(tokens),
         ])
@@ -175,7 +176,9 @@ class GRPOMonitor:
         """ONE collective (when distributed) and ONE device-to-host copy of what is pending.
 
         Returns the pending rollout vector on the host; at the end of the step, the ledger,
-        token vector and per-group arrays are stored on the step state.
+        token vector and per-group arrays are stored on the step state. Shards on several
+        ranks (``rollout_scope="local"``) add, at the end of the step only, a gather of the
+        per-group host arrays and question ids.
         """
         st = self._state
         device = st.device or torch.device("cpu")
@@ -204,8 +207,16 @@ class GRPOMonitor:
             if tokens is not None and st.tokens is None and torch.equal(tokens, self._token_layout.empty()):
                 tokens = None  # no rank observed tokens this step
             st.synced_ledger, st.synced_tokens = pieces["ledger"], tokens
-            st.synced_arrays = host[offset:]
+            st.synced_groups = self._union_groups(st.host_groups(host[offset:].numpy()), glob)
         return pieces["rollout"]
+
+    @staticmethod
+    def _union_groups(groups: HostGroups, glob: bool) -> HostGroups:
+        """Local per-group arrays, or, for shards on several ranks, every rank's (an object gather
+        at the end of the step: the per-question history and histograms see the union)."""
+        if glob or rank_and_world()[1] == 1:
+            return groups
+        return HostGroups.union(gather_objects(groups))
 
     def _check_rollouts(self, host_vec: torch.Tensor) -> None:
         st = self._state

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .metrics import convention_metrics, ledger_metrics, rollout_metrics
-from .questions import QuestionTracker, split_arrays
+from .questions import QuestionTracker
 from .report import StepReport
 from .step import LEDGER, ROLLOUT, StepState
 
@@ -33,17 +33,14 @@ def build_report(step: int, st: StepState, questions: QuestionTracker, failed: b
 
 
 def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, roll: dict | None, ledger: dict) -> None:
-    if st.synced_arrays is None or not len(st.synced_arrays):
+    groups = st.synced_groups
+    if groups is None or not (groups.kept or groups.generated or len(groups.adv)):
         return
-    sizes = [len(r.detail.stats.n) for r in st.rollouts] + [len(g.stats.n) for g in st.generations]
-    labels = [r.questions for r in st.rollouts] + [g.questions for g in st.generations]
-    flat = st.synced_arrays.numpy()
-    records = split_arrays(flat, sizes, labels)
-    kept, generated = records[: len(st.rollouts)], records[len(st.rollouts):]
+    kept, generated = groups.kept, groups.generated
     if kept:
         std = np.concatenate([k.std[k.n > 0] for k in kept])
         report.histograms["grpo/reward/question_std"] = std.tolist()
-    adv = flat[4 * sum(sizes):]  # the step's advantage sample follows the per-group arrays
+    adv = groups.adv
     if np.isfinite(adv).any():
         report.histograms["grpo/adv/values"] = adv[np.isfinite(adv)].tolist()
     binary = (roll or {}).get("nonbinary", 0) == 0 and ledger.get("generated_nonbinary", 0) == 0

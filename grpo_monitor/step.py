@@ -10,14 +10,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Hashable, Sequence
 
+import numpy as np
 import torch
 
+from .questions import GroupArrays, split_arrays
 from .stats.fields import FieldLayout
 from .stats.groups import GroupRewardStats
 from .stats.rollout import ROLLOUT_FIELDS, RolloutDetail
 
+#: ``generation_batches`` holds the running count of ``observe_generation`` calls in the step,
+#: reduced by max: the generation rounds, which ranks sharing one batch run together.
 LEDGER_FIELDS = (
-    ("generation_batches", "sum"), ("generated_groups", "sum"), ("generated_responses", "sum"),
+    ("generation_batches", "max"), ("generated_groups", "sum"), ("generated_responses", "sum"),
     ("generated_tokens", "sum"), ("token_batches", "sum"), ("generated_degenerate", "sum"),
     ("generated_nonbinary", "sum"),
 )
@@ -57,6 +61,23 @@ def _merge(layout: FieldLayout, acc: torch.Tensor | None, new: torch.Tensor) -> 
 
 
 @dataclasses.dataclass
+class HostGroups:
+    """The step's per-group arrays on the host: retained (rollout) groups, generated groups,
+    and a sample of the advantages for a histogram."""
+
+    kept: list[GroupArrays]
+    generated: list[GroupArrays]
+    adv: np.ndarray
+
+    @staticmethod
+    def union(parts: Sequence["HostGroups"]) -> "HostGroups":
+        """Every rank's groups in rank order; the advantage sample thinned back to ``ADV_SAMPLE``."""
+        adv = np.concatenate([p.adv for p in parts])
+        return HostGroups([k for p in parts for k in p.kept], [g for p in parts for g in p.generated],
+                          adv[:: max(1, -(-len(adv) // ADV_SAMPLE))])
+
+
+@dataclasses.dataclass
 class StepState:
     """Accumulators of one step (see module docstring)."""
 
@@ -70,7 +91,7 @@ class StepState:
     convention: Any = None
     synced_ledger: torch.Tensor | None = None
     synced_tokens: torch.Tensor | None = None
-    synced_arrays: torch.Tensor | None = None
+    synced_groups: HostGroups | None = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
 
@@ -113,6 +134,14 @@ class StepState:
             s = g.stats
             out += [s.std, g.reward_sum, s.n, s.degenerate.double()]
         return out + [self.advantage_sample()]
+
+    def host_groups(self, flat: np.ndarray) -> HostGroups:
+        """Cut the host copy of :meth:`group_arrays` back into records (labels from the calls)."""
+        sizes = [len(r.detail.stats.n) for r in self.rollouts] + [len(g.stats.n) for g in self.generations]
+        labels = [r.questions for r in self.rollouts] + [g.questions for g in self.generations]
+        records = split_arrays(flat, sizes, labels)
+        cut = len(self.rollouts)
+        return HostGroups(records[:cut], records[cut:], flat[4 * sum(sizes):])
 
     def advantage_sample(self, limit: int = ADV_SAMPLE) -> torch.Tensor:
         """At most ``limit`` advantages of the step's rollouts, evenly strided, for a histogram."""

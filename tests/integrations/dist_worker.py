@@ -50,6 +50,15 @@ def shard(step: int, rank: int, world: int) -> dict[str, torch.Tensor]:
                 logprobs=logp, ref_logprobs=ref, old_logprobs=logp.clone())
 
 
+def questions(step: int, rank: int) -> list[str]:
+    """Question ids of a rank's groups: shared across ranks and steps, so the history merges them."""
+    return [f"q{(step + rank + i) % 5}" for i in range(GROUPS_PER_RANK)]
+
+
+def union_questions(step: int, world: int) -> list[str]:
+    return [q for r in range(world) for q in questions(step, r)]
+
+
 def union(step: int, world: int) -> dict[str, torch.Tensor]:
     """All ranks' shards of ``step`` concatenated, in rank order."""
     parts = [shard(step, r, world) for r in range(world)]
@@ -62,11 +71,18 @@ def has_tokens() -> bool:
     return importlib.util.find_spec("grpo_monitor.stats.tokens") is not None
 
 
-def observe(mon, data: dict[str, torch.Tensor], tokens: bool) -> None:
-    mon.observe_rollout(data["rewards"], advantages=data["advantages"])
+def observe(mon, data: dict[str, torch.Tensor], tokens: bool, question_ids: list[str] | None = None) -> None:
+    if question_ids is not None:  # dynamic sampling's ledger too; every generated group retained
+        mon.observe_generation(data["rewards"], question_ids=question_ids)
+    mon.observe_rollout(data["rewards"], advantages=data["advantages"], question_ids=question_ids)
     if tokens:
         mon.observe_loss(mask=data["mask"], advantages=data["token_adv"], logprobs=data["logprobs"],
                          ref_logprobs=data["ref_logprobs"], old_logprobs=data["old_logprobs"])
+
+
+def per_group_view(report) -> dict:
+    """What a report says group by group: histograms, stuck questions, the per-question table."""
+    return {"histograms": report.histograms, "flagged": list(report.flagged_questions), "tables": report.tables}
 
 
 def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
@@ -80,6 +96,8 @@ def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
         cfg["defer_checks"] = True
     if name == "global":
         cfg["rollout_scope"] = "global"
+    if name == "questions":
+        cfg.update(table_every=1, stuck_after=1)
     sinks = [JSONLSink(outdir / f"{name}-rank{rank}.jsonl")]
     if name == "late_init":  # built before the process group exists
         mon = GRPOMonitor(MonitorConfig(**cfg), sinks=sinks)
@@ -87,7 +105,7 @@ def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
     else:
         init()
         mon = GRPOMonitor(MonitorConfig(**cfg), sinks=sinks)
-    out: dict = {"metrics": [], "raised": None, "tokens": tokens}
+    out: dict = {"metrics": [], "per_group": [], "raised": None, "tokens": tokens}
     try:
         for step in range(2):
             data = shard(step, rank, world)
@@ -101,8 +119,10 @@ def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
             if name == "token_breach" and rank == 1 and step == 1:
                 data["token_adv"][:, -1] += 1.0  # advantage not constant along rows
             with_tokens = tokens and data["rewards"].numel() > 0 and not (name == "tokens_rank0" and rank == 1)
-            observe(mon, data, with_tokens)
-            out["metrics"].append(mon.end_step().metrics)
+            observe(mon, data, with_tokens, questions(step, rank) if name == "questions" else None)
+            report = mon.end_step()
+            out["metrics"].append(report.metrics)
+            out["per_group"].append(per_group_view(report))
     except InvariantViolation as exc:
         out["raised"] = sorted({v.invariant for v in exc.violations})
     mon.close()

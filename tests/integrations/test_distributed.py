@@ -10,11 +10,11 @@ import math
 
 import pytest
 from dist_helpers import run_ranks
-from dist_worker import WORLD_SIZE_DEFAULT, has_tokens, observe, union
+from dist_worker import WORLD_SIZE_DEFAULT, has_tokens, observe, per_group_view, union, union_questions
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 
-CLEAN = ("late_init", "local_shards", "global", "empty_shard", "tokens_rank0")
+CLEAN = ("late_init", "local_shards", "global", "empty_shard", "tokens_rank0", "questions")
 BREACHES = ("eager_breach", "deferred_breach", "token_breach")
 
 
@@ -25,9 +25,10 @@ def launch(tmp_path_factory):
     return run_ranks(",".join(CLEAN + BREACHES), outdir, timeout=120), outdir
 
 
-def single_process_metrics(scenario: str) -> list[dict[str, float]]:
+def single_process_reports(scenario: str) -> list:
     """The reference: ONE process observing the concatenation of every rank's shard."""
-    mon = GRPOMonitor(MonitorConfig(group_size=4, std_convention="population", strict=True))
+    extra = dict(table_every=1, stuck_after=1) if scenario == "questions" else {}
+    mon = GRPOMonitor(MonitorConfig(group_size=4, std_convention="population", strict=True, **extra))
     out = []
     for step in range(2):
         data = union(step, WORLD_SIZE_DEFAULT)
@@ -39,9 +40,14 @@ def single_process_metrics(scenario: str) -> list[dict[str, float]]:
             mon.observe_loss(mask=half["mask"], advantages=half["token_adv"], logprobs=half["logprobs"],
                              ref_logprobs=half["ref_logprobs"], old_logprobs=half["old_logprobs"])
         else:
-            observe(mon, data, has_tokens())
-        out.append(mon.end_step().metrics)
+            qs = union_questions(step, WORLD_SIZE_DEFAULT) if scenario == "questions" else None
+            observe(mon, data, has_tokens(), qs)
+        out.append(mon.end_step())
     return out
+
+
+def single_process_metrics(scenario: str) -> list[dict[str, float]]:
+    return [r.metrics for r in single_process_reports(scenario)]
 
 
 def assert_same_metrics(got: dict[str, float], want: dict[str, float]) -> None:
@@ -62,6 +68,23 @@ def test_every_rank_gets_the_union_metrics(scenario, launch):
         assert len(got["metrics"]) == 2
         for step_metrics, ref in zip(got["metrics"], want, strict=True):
             assert_same_metrics(step_metrics, ref)
+
+
+@pytest.mark.parametrize("scenario", ["local_shards", "questions"])
+def test_every_rank_gets_the_union_per_question_view(scenario, launch):
+    """Shards with question ids: the history, histograms, stuck questions and table are the union's on every rank."""
+    results, _ = launch
+    want = [per_group_view(r) for r in single_process_reports(scenario)]
+    if scenario == "questions":
+        assert "grpo/groups/degenerate_rate_iid" in results[0][scenario]["metrics"][1]
+        assert want[1]["tables"]["grpo/questions"], "the reference has a per-question table"
+    for rank, res in enumerate(results):
+        for step, (got, ref) in enumerate(zip(res[scenario]["per_group"], want, strict=True)):
+            assert got["flagged"] == ref["flagged"], (rank, step)
+            assert got["tables"] == ref["tables"], (rank, step)
+            assert set(got["histograms"]) == set(ref["histograms"]), (rank, step)
+            for key, values in ref["histograms"].items():
+                assert got["histograms"][key] == pytest.approx(values, rel=1e-12, abs=1e-12, nan_ok=True), (rank, step, key)
 
 
 @pytest.mark.parametrize("scenario", CLEAN)
