@@ -36,9 +36,7 @@ _STATE: dict[str, object] = {"lib": None, "broken": False}
 
 def enabled() -> bool:
     """Whether the native path may be tried in this process (env switches, CPU, no earlier failure)."""
-    if _STATE["broken"] or os.environ.get("GRPO_MONITOR_NATIVE", "1") == "0":
-        return False
-    if os.environ.get("GRPO_MONITOR_COMPILE", "1") == "0":
+    if _STATE["broken"] or "0" in (os.environ.get("GRPO_MONITOR_NATIVE"), os.environ.get("GRPO_MONITOR_COMPILE")):
         return False
     return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
 
@@ -84,8 +82,9 @@ def _library(fields: Sequence[str]):
 def compiler() -> str:
     """The C compiler: ``$CC``, else gcc, cc or clang on the PATH."""
     for name in (os.environ.get("CC"), "gcc", "cc", "clang"):
-        if name and shutil.which(name):
-            return shutil.which(name)
+        path = shutil.which(name) if name else None
+        if path:
+            return path
     raise RuntimeError("no C compiler found (set CC, or install gcc)")
 
 
