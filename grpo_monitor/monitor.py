@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import operator
+import threading
 import warnings
 from collections import Counter
 from typing import Any, Iterable
@@ -13,14 +13,17 @@ from typing import Any, Iterable
 import torch
 
 from . import inputs
+from .inputs import plain_state
 from .config import MonitorConfig
 from .conventions import ConventionTracker
 from .distributed import all_reduce_fields, gather_objects, rank_and_world
+from .guard import fail_open, locked
 from .invariants import HINTS, group_violations, token_violations
+from .metrics import DISABLED_PARTS_KEY, user_metrics
 from .questions import QuestionTracker
 from .repro import save_repro
 from .report import StepReport
-from .report_builder import build_report
+from .report_builder import build_report, violation_metrics
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
@@ -30,38 +33,6 @@ from .step import LEDGER, ROLLOUT, GenerationRecord, HostGroups, RolloutRecord, 
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
-
-
-def _fail_open(part: str):
-    """Run a public method; the monitor's own faults are logged once and disable ``part``.
-
-    Input errors (ValueError/TypeError raised at the boundary) and InvariantViolation
-    propagate; with ``config.strict`` every exception does. The failing part's data of the
-    step is dropped. A failed ``end_step`` still closes the step (the counter advances, an
-    empty report comes back); it is disabled after ``_STEP_FAULTS`` failures in a row, and
-    a disabled ``end_step`` only closes steps.
-    """
-
-    def deco(fn):
-        @functools.wraps(fn)
-        def wrapper(self: "GRPOMonitor", *args, **kwargs):
-            if part in self._disabled:
-                return self._skip(part, *args, **kwargs)
-            try:
-                out = fn(self, *args, **kwargs)
-            except (InvariantViolation, inputs.InputError):
-                raise
-            except Exception:
-                if self.config.strict:
-                    raise
-                self._fault(part)
-                return self._skip(part, *args, **kwargs)
-            self._faults.pop(part, None)
-            return out
-
-        return wrapper
-
-    return deco
 
 
 class GRPOMonitor:
@@ -84,6 +55,8 @@ class GRPOMonitor:
         # built before init_process_group must still write on rank 0 only
         self.step = 0
         self.closed = False
+        self._closed_by: str | None = None  # why: shown by a call on the closed monitor
+        self._lock = threading.RLock()  # one lock for every public call (see guard.py)
         self._conventions = ConventionTracker(self.config)
         self._questions = QuestionTracker(self.config)
         self._counts: Counter[str] = Counter()
@@ -91,12 +64,13 @@ class GRPOMonitor:
         self._disabled: set[str] = set()
         self._faults: Counter[str] = Counter()  # internal faults in a row, per part
         self._logged: set[str] = set()  # parts whose traceback was logged
+        self._report_faults = 0  # report assembly failures (the step's checks still ran)
         self._state = StepState()
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
 
     # ----------------------------------------------------------------- observe
-    @_fail_open("rollout")
+    @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
@@ -118,7 +92,7 @@ class GRPOMonitor:
         if not self.config.defer_checks:
             self._check_rollouts(self._sync(final=False))
 
-    @_fail_open("generation")
+    @fail_open("generation")
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None, lengths: Any = None) -> None:
         """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
         layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
@@ -137,7 +111,7 @@ class GRPOMonitor:
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
         self._state.add_generation(vec, GenerationRecord(s, s.reward_sum, questions))
 
-    @_fail_open("loss")
+    @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
                      old_logprobs: Any = None, kl: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync."""
@@ -154,12 +128,18 @@ class GRPOMonitor:
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._state.add_tokens(vec, self._token_layout)
 
+    @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
-        """Host-side scalars for this step's report (e.g. an integration's comparison with its trainer)."""
-        self._extra.update({str(k): float(v) for k, v in metrics.items()})
+        """Host-side scalars for this step's report (e.g. an integration's comparison with its trainer).
+
+        Keys are non-empty strings outside the monitor's own sections (``grpo/groups/``,
+        ``grpo/adv/``, ... see ``metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours),
+        values finite numbers; anything else raises ``InputValueError``/``InputTypeError``.
+        """
+        self._extra.update(user_metrics(metrics))
 
     # -------------------------------------------------------------------- step
-    @_fail_open("end_step")
+    @fail_open("end_step")
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = _step_arg(step, self.step)
@@ -242,9 +222,9 @@ class GRPOMonitor:
             return
         raises = [self.config.policy_for(v.invariant) == "raise" for v in found]
         raising = [v for v, r in zip(found, raises) if r]
-        if raising:
-            path = save_repro(self.config, self.step, self._state, raising)
-            found = [dataclasses.replace(v, repro_path=path) if r else v for v, r in zip(found, raises)]
+        if raising:  # save_repro never raises: a failed dump is named in the message instead
+            path, why = save_repro(self.config, self.step, self._state, raising)
+            found = [dataclasses.replace(v, repro_path=path, repro_error=why) if r else v for v, r in zip(found, raises)]
             raising = [v for v, r in zip(found, raises) if r]
         self._state.violations.extend(found)
         for v in found:
@@ -252,18 +232,48 @@ class GRPOMonitor:
             if self.config.policy_for(v.invariant) == "warn" and self._counts[v.invariant] == 1:
                 warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
         if raising:
-            report = self._build_report(failed=True)
-            self._finish_step(report)
-            self.sinks.finish(failed=True)
-            self.closed = True
+            self._close_on_breach()
             raise InvariantViolation(raising)
+
+    def _close_on_breach(self) -> None:
+        """Report the failing step to every sink and close; nothing here can hide the breach."""
+        self.closed, self._closed_by = True, f"the invariant breach at step {self.step} closed it"
+        try:
+            self._finish_step(self._build_report(failed=True))
+            self.sinks.finish(failed=True)
+        except Exception:  # noqa: BLE001 - sinks are isolated already; this is a last resort
+            log.exception("grpo-monitor: could not report the failing step %d to the sinks", self.step)
 
     # ------------------------------------------------------------------ report
     def _build_report(self, failed: bool = False) -> StepReport:
-        report = build_report(self.step, self._state, self._questions, failed)
-        report.metrics.update(self._run_totals())
-        report.metrics.update(self._extra)
+        """The step's report; a fault in assembling it keeps the violations and the step's checks.
+
+        Report assembly is not checking: when it fails (a metric, the question history), the
+        fault is logged (traceback once), counted, and the report holds the violations only.
+        """
+        try:
+            report = build_report(self.step, self._state, self._questions, failed)
+            report.metrics.update(self._run_totals())
+        except Exception:
+            if self.config.strict:
+                raise
+            self._report_fault()
+            report = StepReport(self.step, violation_metrics(self._state.violations), list(self._state.violations),
+                                failed=failed)
+        report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
+        report.metrics[DISABLED_PARTS_KEY] = float(len(self._disabled))
         return report
+
+    def _report_fault(self) -> None:
+        self._report_faults += 1
+        if self._report_faults == 1:
+            log.exception("grpo-monitor: internal error assembling the report of step %d; its metrics are "
+                          "dropped, its checks ran, training goes on", self.step)
+            warnings.warn("grpo-monitor: internal error assembling a step report; that step's metrics are "
+                          "dropped, checks still run (see the log)", RuntimeWarning)
+        else:
+            log.error("grpo-monitor: internal error assembling the report of step %d (%d so far)",
+                      self.step, self._report_faults)
 
     def _run_totals(self) -> dict[str, float]:
         """Fold this step's ledger into the run totals (once per step); the totals as metrics."""
@@ -299,7 +309,18 @@ class GRPOMonitor:
             warnings.warn(f"grpo-monitor: internal error in {part}; {what} (see the log)", RuntimeWarning)
         if disable:
             self._disabled.add(part)
+            self._announce_disabled(part)
         self._drop(part)
+
+    def _announce_disabled(self, part: str) -> None:
+        """One alert through every sink when a part is switched off (also a metric every step)."""
+        checks = "invariant checks of this part are OFF" if part in ("rollout", "loss", "end_step") else "its metrics stop"
+        text = (f"grpo-monitor switched off its '{part}' part after an internal error; {checks} for the rest of "
+                f"the run (step {self.step}). Training goes on. The traceback is in the 'grpo_monitor' log.")
+        try:
+            self.sinks.alert(f"grpo-monitor: part '{part}' disabled", text, level="WARN")
+        except Exception:  # noqa: BLE001
+            log.exception("grpo-monitor: could not send the alert for the disabled part %s", part)
 
     def _drop(self, part: str) -> None:
         """Forget what a failed part gathered this step, so the step end does not trip on it."""
@@ -317,8 +338,9 @@ class GRPOMonitor:
         if part != "end_step":
             return None
         report = StepReport(_step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        self.step = report.step + 1
-        self._state, self._extra = StepState(), {}
+        report.metrics[DISABLED_PARTS_KEY] = float(len(self._disabled))
+        self.step = report.step
+        self._finish_step(report)
         return report
 
     def _finish_step(self, report: StepReport) -> None:
@@ -329,19 +351,46 @@ class GRPOMonitor:
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """Finish every sink (idempotent)."""
+        """Finish every sink (flushing what they still queue). A second ``close()`` does nothing.
+
+        After it, every observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError``
+        (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
+        """
+        with self._lock:
+            self._close(failed=False)
+
+    def _close(self, failed: bool) -> None:
         if self.closed:
             return
-        self.closed = True
-        self.sinks.finish(failed=False)
+        self.closed, self._closed_by = True, "close() was called"
+        self.sinks.finish(failed=failed)
+
+    def reopen(self) -> None:
+        """Start a new segment after ``close()`` with the same sinks (they reopen their backends
+        on first use: JSONL appends, W&B opens or attaches a run). The HF integration calls it
+        when ``train()`` starts again on the same trainer."""
+        with self._lock:
+            self.closed, self._closed_by = False, None
 
     def __enter__(self) -> "GRPOMonitor":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.closed:
-            self.closed = True
-            self.sinks.finish(failed=exc_type is not None)
+        with self._lock:
+            self._close(failed=exc_type is not None)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "GRPOMonitor cannot be pickled or copied: it owns open sinks (a JSONL file descriptor, a W&B run) that "
+            "a copy would share. Carry its state instead: state = monitor.state_dict(); then "
+            "GRPOMonitor(config, sinks).load_state_dict(state) in the other process"
+        )
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.__reduce_ex__(None)
+
+    def __copy__(self) -> Any:
+        return self.__reduce_ex__(None)
 
     @property
     def violation_counts(self) -> dict[str, int]:
@@ -351,23 +400,26 @@ class GRPOMonitor:
     def state_dict(self) -> dict[str, Any]:
         """Step counter, locked convention, per-question history, ledger totals and violation counts.
 
-        Plain Python values: ``torch.save`` (``weights_only`` loading) and JSON friendly.
+        Plain Python values only (question ids given as numpy or torch scalars are converted),
+        so ``json.dumps`` and ``torch.load(weights_only=True)`` take it.
         """
-        return {
-            "step": self.step,
-            "conventions": self._conventions.state_dict(),
-            "questions": self._questions.state_dict(),
-            "counts": dict(self._counts),
-            "totals": dict(self._totals),
-        }
+        with self._lock:
+            return plain_state({
+                "step": self.step,
+                "conventions": self._conventions.state_dict(),
+                "questions": self._questions.state_dict(),
+                "counts": dict(self._counts),
+                "totals": dict(self._totals),
+            })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
-        self.step = int(state["step"])
-        self._conventions.load_state_dict(state["conventions"])
-        self._questions.load_state_dict(state["questions"])
-        self._counts = Counter(state.get("counts", {}))
-        self._totals = Counter(state.get("totals", {}))
+        with self._lock:
+            self.step = int(state["step"])
+            self._conventions.load_state_dict(state["conventions"])
+            self._questions.load_state_dict(state["questions"])
+            self._counts = Counter(state.get("counts", {}))
+            self._totals = Counter(state.get("totals", {}))
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")

@@ -28,7 +28,7 @@ def build_report(step: int, st: StepState, questions: QuestionTracker, failed: b
     report = StepReport(step, metrics, list(st.violations), failed=failed)
     report.convention = st.convention.name if st.convention is not None else None
     _per_group(report, st, questions, roll, ledger)
-    metrics.update(_violation_metrics(st))
+    metrics.update(violation_metrics(st.violations))
     return report
 
 
@@ -50,9 +50,10 @@ def _per_group(report: StepReport, st: StepState, questions: QuestionTracker, ro
         report.tables["grpo/questions"] = questions.table(questions.config.table_rows)
 
 
-def _violation_metrics(st: StepState) -> dict[str, float]:
-    out = {"grpo/invariants/violations": float(len(st.violations))}
-    for v in st.violations:
+def violation_metrics(violations: list) -> dict[str, float]:
+    """``grpo/invariants/violations`` and one count per broken invariant."""
+    out = {"grpo/invariants/violations": float(len(violations))}
+    for v in violations:
         key = f"grpo/invariants/{v.invariant}"
         out[key] = out.get(key, 0.0) + 1.0
     return out

@@ -27,7 +27,8 @@ class Violation:
 
     ``observed`` and ``expected`` are short human-readable values, ``groups`` holds the
     first offending group ids (as the user passed them), ``hint`` the likely cause, and
-    ``repro_path`` the file holding the offending tensors, when one was saved.
+    ``repro_path`` the file holding the offending tensors, when one was saved, else
+    ``repro_error`` why it could not be (the breach is raised all the same).
     """
 
     invariant: str
@@ -38,6 +39,7 @@ class Violation:
     hint: str = ""
     repro_path: str | None = None
     count: int = 1
+    repro_error: str | None = None
 
     def message(self) -> str:
         """The one-paragraph message shown in errors, warnings and alerts."""
@@ -55,6 +57,8 @@ class Violation:
                 f". Offending tensors saved to {self.repro_path}; reproduce with "
                 f"`grpo_monitor.load_repro({self.repro_path!r})`"
             )
+        elif self.repro_error:
+            text += f"; repro not saved: {self.repro_error}"
         return text
 
     def to_dict(self) -> dict[str, Any]:

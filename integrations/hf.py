@@ -81,7 +81,8 @@ class MonitorCallback(_CallbackBase):
 
     def on_train_begin(self, args, state, control, **kwargs):
         """A second ``train()`` on the same trainer is monitored again (sinks reopen on use)."""
-        self.monitor.closed = False
+        if self.monitor.closed:
+            self.monitor.reopen()
 
     def on_step_end(self, args, state, control, **kwargs):
         """Close the monitor's step (one sync); raises on a breach."""

@@ -15,6 +15,7 @@ import grpo_monitor.monitor as monitor_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.history import QuestionHistory
 from grpo_monitor.conventions import ConventionTracker
+from grpo_monitor.metrics import DISABLED_PARTS_KEY as DISABLED
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
 ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
@@ -121,16 +122,17 @@ def test_internal_value_and_type_errors_are_faults_not_input_errors(error, monke
 
     monkeypatch.setattr(QuestionHistory, "update", fail)
     mon = _monitor()
-    with pytest.warns(RuntimeWarning, match="internal error in end_step"):
+    with pytest.warns(RuntimeWarning, match="internal error assembling a step report"):
         report = _step(mon)
-    assert report.step == 0 and report.metrics == {} and mon.step == 1
-    assert len(_tracebacks(caplog)) == 1
+    assert report.step == 0 and mon.step == 1
+    assert report.metrics == {"grpo/invariants/violations": 0.0, DISABLED: 0.0}  # a metric fault: checks ran
+    assert len(_tracebacks(caplog)) == 1 and not mon.disabled_parts
 
 
 # ------------------------------------------------------------------ end_step faults
 def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
     """end_step failing once: that step's report is empty, the counter advances, the next step reports."""
-    real = monitor_module.build_report
+    real = monitor_module.all_reduce_fields
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -139,12 +141,12 @@ def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
             raise Boom("transient")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "build_report", flaky)
-    mon = _monitor()
+    monkeypatch.setattr(monitor_module, "all_reduce_fields", flaky)
+    mon = _monitor(defer_checks=True)  # one sync per step, at end_step
     with pytest.warns(RuntimeWarning, match="internal error in end_step; this step is skipped"):
         reports = [_step(mon) for _ in range(4)]
     assert [r.step for r in reports] == [0, 1, 2, 3]
-    assert reports[1].metrics == {}
+    assert reports[1].metrics == {DISABLED: 0.0}
     for r in (reports[0], reports[2], reports[3]):
         assert r.metrics["grpo/groups/total"] == 3.0
     assert not mon.disabled_parts and len(_tracebacks(caplog)) == 1
@@ -152,14 +154,14 @@ def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
 
 def test_a_persistent_end_step_fault_disables_it_and_steps_still_advance(monkeypatch, caplog):
     """end_step failing every time: disabled after three in a row; later steps still close and count."""
-    monkeypatch.setattr(monitor_module, "build_report", _raise)
-    mon = _monitor()
+    monkeypatch.setattr(monitor_module, "all_reduce_fields", _raise)
+    mon = _monitor(defer_checks=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reports = [_step(mon) for _ in range(6)]
         reports.append(_step(mon, step=10))
     assert [r.step for r in reports] == [0, 1, 2, 3, 4, 5, 10] and mon.step == 11
-    assert all(r.metrics == {} for r in reports)
+    assert [r.metrics for r in reports] == [{DISABLED: 0.0}] * 2 + [{DISABLED: 1.0}] * 5  # the switch-off shows
     assert mon.disabled_parts == {"end_step"}
     assert len(_tracebacks(caplog)) == 1
     texts = [str(w.message) for w in caught if "internal error" in str(w.message)]
@@ -169,7 +171,7 @@ def test_a_persistent_end_step_fault_disables_it_and_steps_still_advance(monkeyp
 
 def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
     """Data observed before a failed end_step never leaks into the next step's metrics."""
-    real = monitor_module.build_report
+    real = monitor_module.all_reduce_fields
     fail = {"on": True}
 
     def once(*args, **kwargs):
@@ -177,8 +179,8 @@ def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
             raise Boom("once")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "build_report", once)
-    mon = _monitor()
+    monkeypatch.setattr(monitor_module, "all_reduce_fields", once)
+    mon = _monitor(defer_checks=True)
     with pytest.warns(RuntimeWarning):
         _step(mon)
     assert _step(mon).metrics["grpo/sampling/generated_groups"] == 3.0  # not 6: the failed step was dropped

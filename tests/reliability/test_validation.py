@@ -218,7 +218,7 @@ def test_empty_batches_are_a_documented_no_op(rewards, config):
     mon.observe_rollout(rewards)
     mon.observe_generation(rewards)
     report = mon.end_step()
-    assert report.metrics == {"grpo/invariants/violations": 0.0}
+    assert report.metrics == {"grpo/invariants/violations": 0.0, "grpo/monitor/disabled_parts": 0.0}
     assert mon.step == 1
 
 
