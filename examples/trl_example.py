@@ -4,7 +4,9 @@ Builds a 2-layer Llama (hidden 32) and a character-level tokenizer in a temporar
 (nothing is downloaded), trains 3 GRPO steps with G=8 and logs the ``grpo/...`` metrics to
 a JSONL file. One prompt, "const", always scores 0.7: its group is degenerate, but TRL's
 own ``frac_reward_zero_std`` misses it (float32 std ~6e-8 > its atol 1e-8), which
-``grpo/trl/frac_reward_zero_std_gap`` shows. With ``report_to="wandb"`` the monitor logs
+``grpo/trl/frac_reward_zero_std_gap`` shows. Completions holding a '?' get reward None on
+purpose (unscorable rows), so TRL's "All reward functions returned None" warning is expected
+(the script says so before training). With ``report_to="wandb"`` the monitor logs
 into the trainer's W&B run instead. Run: ``python examples/trl_example.py``.
 """
 
@@ -50,6 +52,15 @@ def tiny_model(folder: Path, seed: int = 0) -> str:
     return str(folder)
 
 
+# On purpose, frac_a returns None for some completions (those holding a '?'): TRL then marks the row
+# unscorable (reward NaN, advantage 0) and logs "All reward functions returned None for the following
+# kwargs: ..." for the batch. That warning is expected here; it shows the monitor checking that
+# unscorable rows stay out of their group's statistics (invariant ``unscorable_rows``).
+UNSCORABLE_NOTE = ("note: this example's reward function returns None for completions holding a '?' on purpose, "
+                   "to show unscorable rows; TRL's warning \"All reward functions returned None ...\" below is "
+                   "expected, and the monitor checks those rows get advantage 0 and stay out of the group statistics.")
+
+
 def frac_a(prompts, completions, **_):
     """Fraction of 'a' in the completion; 0.7 for "const"; None (unscorable) when it holds a '?'."""
     return [0.7 if p == "const" else None if "?" in c else (c.count("a") / len(c) if c else 0.0)
@@ -70,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = GRPOTrainer(model=model_path, reward_funcs=[frac_a], args=config,
                           train_dataset=Dataset.from_dict({"prompt": ["const", "spell a"]}))
     grpo_trl.attach(trainer, sinks=[JSONLSink(args.out / "grpo.jsonl")])  # raises InvariantViolation on a breach
+    print(UNSCORABLE_NOTE, flush=True)
     trainer.train()
     for record in read_jsonl(args.out / "grpo.jsonl"):
         m = record["metrics"]

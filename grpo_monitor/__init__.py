@@ -3,23 +3,49 @@
 >>> from grpo_monitor import GRPOMonitor, MonitorConfig
 >>> GRPOMonitor(MonitorConfig(group_size=8)).config.std_convention
 'auto'
+
+Exports are lazy (as in :mod:`grpo_monitor.sinks`): ``import grpo_monitor`` imports
+neither torch nor pydantic, so the ``grpo-monitor`` command line starts at once; each
+name is imported from its module on first access.
 """
 
-from .config import MonitorConfig, Tolerances
-from .monitor import GRPOMonitor
-from .report import StepReport
-from .repro import load_repro, replay
-from .violations import INVARIANTS, InvariantViolation, Violation
+from __future__ import annotations
 
-__all__ = [
-    "GRPOMonitor",
-    "INVARIANTS",
-    "InvariantViolation",
-    "MonitorConfig",
-    "StepReport",
-    "Tolerances",
-    "Violation",
-    "load_repro",
-    "replay",
-]
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+#: Public name -> submodule that defines it.
+_LAZY = {
+    "GRPOMonitor": "monitor",
+    "INVARIANTS": "violations",
+    "InvariantViolation": "violations",
+    "MonitorConfig": "config",
+    "StepReport": "report",
+    "Tolerances": "config",
+    "Violation": "violations",
+    "load_repro": "repro",
+    "replay": "repro",
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
+    from .config import MonitorConfig, Tolerances
+    from .monitor import GRPOMonitor
+    from .report import StepReport
+    from .repro import load_repro, replay
+    from .violations import INVARIANTS, InvariantViolation, Violation
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -13,6 +13,9 @@ as one alert through every sink.
 from __future__ import annotations
 
 import functools
+import logging
+import warnings
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from .inputs import InputError
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
     from .monitor import GRPOMonitor
 
 F = TypeVar("F", bound=Callable[..., Any])
+log = logging.getLogger("grpo_monitor")
+STEP_FAULTS = 3  # end_step failures in a row before it is switched off
+#: Parts whose switch-off turns invariant checks off (the others only lose metrics).
+CHECKING_PARTS = ("rollout", "loss", "end_step")
 
 
 class MonitorClosedError(RuntimeError):
@@ -67,7 +74,7 @@ def fail_open(part: str) -> Callable[[F], F]:
         def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
             with self._lock:
                 ensure_open(self, fn.__name__)
-                if part in self._disabled:
+                if part in self._guard.disabled:
                     return self._skip(part, *args, **kwargs)
                 try:
                     out = fn(self, *args, **kwargs)
@@ -78,9 +85,63 @@ def fail_open(part: str) -> Callable[[F], F]:
                         raise
                     self._fault(part)
                     return self._skip(part, *args, **kwargs)
-                self._faults.pop(part, None)
+                self._guard.streak.pop(part, None)
                 return out
 
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+class Faults:
+    """The monitor's own faults: the parts switched off, each part's streak, what was logged.
+
+    A fault of ``"rollout"``, ``"generation"`` or ``"loss"`` switches that part off at once;
+    ``"end_step"`` after ``STEP_FAULTS`` failures in a row (a transient one skips one step).
+    Report assembly faults never switch anything off: the step's checks already ran.
+    """
+
+    def __init__(self) -> None:
+        self.disabled: set[str] = set()
+        self.streak: Counter[str] = Counter()  # internal faults in a row, per part
+        self.logged: set[str] = set()  # parts whose traceback was logged
+        self.report_faults = 0
+
+    def record(self, part: str, step: int) -> bool:
+        """Log (the traceback once) and warn; True when ``part`` is switched off by this fault."""
+        self.streak[part] += 1
+        disable = part != "end_step" or self.streak[part] >= STEP_FAULTS
+        what = "this part is disabled" if disable else "this step is skipped"
+        first = part not in self.logged
+        if first:
+            self.logged.add(part)
+            log.exception("grpo-monitor: internal error in %s at step %d; %s, training goes on", part, step, what)
+        else:
+            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", part, self.streak[part], what)
+        if first or disable:
+            warnings.warn(f"grpo-monitor: internal error in {part}; {what} (see the log)", RuntimeWarning)
+        if disable:
+            self.disabled.add(part)
+        return disable
+
+    def announce(self, part: str, step: int, sinks: Any) -> None:
+        """One alert through every sink when ``part`` is switched off (a metric shows it every step)."""
+        checks = "its invariant checks are OFF" if part in CHECKING_PARTS else "its metrics stop"
+        text = (f"grpo-monitor switched off its '{part}' part after an internal error at step {step}; {checks} "
+                "for the rest of the run. Training goes on. The traceback is in the 'grpo_monitor' log.")
+        try:
+            sinks.alert(f"grpo-monitor: part '{part}' disabled", text, level="WARN")
+        except Exception:  # noqa: BLE001 - the announcement must not become a fault of its own
+            log.exception("grpo-monitor: could not send the alert for the disabled part %s", part)
+
+    def report_fault(self, step: int) -> None:
+        """A step report could not be assembled: logged (traceback once), warned once, counted."""
+        self.report_faults += 1
+        if self.report_faults == 1:
+            log.exception("grpo-monitor: internal error assembling the report of step %d; its metrics are "
+                          "dropped, its checks ran, training goes on", step)
+            warnings.warn("grpo-monitor: internal error assembling a step report; that step's metrics are "
+                          "dropped, checks still run (see the log)", RuntimeWarning)
+        else:
+            log.error("grpo-monitor: internal error assembling the report of step %d (%d so far)",
+                      step, self.report_faults)

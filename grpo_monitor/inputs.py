@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import numbers
 from typing import Any, Hashable, Sequence
 
 import numpy as np
@@ -58,7 +59,7 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
         try:
             tensor = torch.as_tensor(value)
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise InputTypeError(f"{name} must be a tensor, array or list of numbers, but got {value!r:.80}") from exc
+            raise InputTypeError(_list_error(value, name, exc)) from exc
     else:
         raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
     if tensor.is_complex():
@@ -66,6 +67,35 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
     if tensor.device.type == "meta":
         raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); pass a materialised tensor")
     return tensor
+
+
+def _list_error(value: Sequence[Any], name: str, exc: Exception) -> str:
+    """Why a list did not become a tensor: its first element that is not a number, or torch's reason.
+
+    >>> _list_error([1.0, None], "rewards", RuntimeError())  # doctest: +ELLIPSIS
+    "rewards must be a tensor, array or list of numbers, but rewards[1] is None (NoneType); use float('nan')..."
+    """
+    head = f"{name} must be a tensor, array or list of numbers"
+    found = _first_non_number(value)
+    if found is None:  # e.g. rows of different lengths
+        return f"{head}, but got {value!r:.80}: {exc}"
+    index, item = found
+    text = f"{head}, but {name}{index} is {item!r:.40} ({type(item).__name__})"
+    if name == "rewards":
+        text += "; use float('nan') to mark an unscorable row"
+    return text
+
+
+def _first_non_number(value: Sequence[Any]) -> tuple[str, Any] | None:
+    """The index (``[i]``, ``[i][j]``, ...) and value of the first element of nested lists that is not a number."""
+    for i, item in enumerate(value):
+        if isinstance(item, (list, tuple)):
+            found = _first_non_number(item)
+            if found is not None:
+                return f"[{i}]{found[0]}", found[1]
+        elif not isinstance(item, (numbers.Number, torch.Tensor, np.ndarray)):
+            return f"[{i}]", item
+    return None
 
 
 @dataclasses.dataclass
@@ -174,7 +204,7 @@ def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
 
 def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
     """Question ids given per group (len B) or per row (len N) as one id per group."""
-    ids = _id_list(question_ids, "question_ids")
+    ids = [plain_id(q) for q in _id_list(question_ids, "question_ids")]
     try:
         set(ids)
     except TypeError as exc:
@@ -191,3 +221,39 @@ def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
     raise InputValueError(
         f"question_ids has {len(ids)} entries; expected one per group ({layout.num_groups}) or per row ({len(layout.rewards)})"
     )
+
+
+def plain_id(value: Any) -> Any:
+    """An id as a plain Python value: numpy and 0-d torch scalars unwrapped, tuples element-wise.
+
+    Equal ids stay equal (``np.int64(3)`` and ``3`` hash alike), and a checkpoint of them
+    needs no pickled numpy objects.
+
+    >>> plain_id(np.int64(3)), plain_id(np.str_("q")), plain_id((np.int32(1), "a"))
+    (3, 'q', (1, 'a'))
+    """
+    if isinstance(value, (np.generic, torch.Tensor)) and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    for kind in (bool, str, int, float):  # subclasses (enums, ...) as the plain type
+        if isinstance(value, kind):
+            return value if type(value) is kind else kind(value)
+    if isinstance(value, tuple):
+        return tuple(plain_id(v) for v in value)
+    return value
+
+
+def plain_state(value: Any) -> Any:
+    """A state dict with every leaf a plain Python value (JSON and ``weights_only`` friendly).
+
+    Ids that are neither numbers, strings, tuples nor None become their ``str()``.
+    """
+    if isinstance(value, dict):
+        return {plain_state(k): plain_state(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_state(v) for v in value]
+    value = plain_id(value)
+    if isinstance(value, tuple):
+        return tuple(plain_state(v) for v in value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)

@@ -17,7 +17,7 @@ from .inputs import plain_state
 from .config import MonitorConfig
 from .conventions import ConventionTracker
 from .distributed import all_reduce_fields, gather_objects, rank_and_world
-from .guard import fail_open, locked
+from .guard import Faults, fail_open, locked
 from .invariants import HINTS, group_violations, token_violations
 from .metrics import DISABLED_PARTS_KEY, user_metrics
 from .questions import QuestionTracker
@@ -61,10 +61,7 @@ class GRPOMonitor:
         self._questions = QuestionTracker(self.config)
         self._counts: Counter[str] = Counter()
         self._totals: Counter[str] = Counter()  # run totals of the retry ledger (resumable)
-        self._disabled: set[str] = set()
-        self._faults: Counter[str] = Counter()  # internal faults in a row, per part
-        self._logged: set[str] = set()  # parts whose traceback was logged
-        self._report_faults = 0  # report assembly failures (the step's checks still ran)
+        self._guard = Faults()  # the monitor's own faults: parts switched off, streaks (guard.py)
         self._state = StepState()
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
@@ -257,23 +254,12 @@ class GRPOMonitor:
         except Exception:
             if self.config.strict:
                 raise
-            self._report_fault()
+            self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(self._state.violations), list(self._state.violations),
                                 failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._disabled))
+        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
         return report
-
-    def _report_fault(self) -> None:
-        self._report_faults += 1
-        if self._report_faults == 1:
-            log.exception("grpo-monitor: internal error assembling the report of step %d; its metrics are "
-                          "dropped, its checks ran, training goes on", self.step)
-            warnings.warn("grpo-monitor: internal error assembling a step report; that step's metrics are "
-                          "dropped, checks still run (see the log)", RuntimeWarning)
-        else:
-            log.error("grpo-monitor: internal error assembling the report of step %d (%d so far)",
-                      self.step, self._report_faults)
 
     def _run_totals(self) -> dict[str, float]:
         """Fold this step's ledger into the run totals (once per step); the totals as metrics."""
@@ -292,35 +278,13 @@ class GRPOMonitor:
     @property
     def disabled_parts(self) -> frozenset[str]:
         """Parts switched off by an internal fault ("rollout", "generation", "loss", "end_step")."""
-        return frozenset(self._disabled)
+        return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part`` (the traceback once), drop its data, disable it."""
-        self._faults[part] += 1
-        disable = part != "end_step" or self._faults[part] >= _STEP_FAULTS
-        what = "this part is disabled" if disable else "this step is skipped"
-        first = part not in self._logged
-        if first:
-            self._logged.add(part)
-            log.exception("grpo-monitor: internal error in %s; %s, training goes on", part, what)
-        else:
-            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", part, self._faults[part], what)
-        if first or disable:
-            warnings.warn(f"grpo-monitor: internal error in {part}; {what} (see the log)", RuntimeWarning)
-        if disable:
-            self._disabled.add(part)
-            self._announce_disabled(part)
+        """Log an internal fault of ``part``, drop its data; announce it once when it is switched off."""
+        if self._guard.record(part, self.step):
+            self._guard.announce(part, self.step, self.sinks)
         self._drop(part)
-
-    def _announce_disabled(self, part: str) -> None:
-        """One alert through every sink when a part is switched off (also a metric every step)."""
-        checks = "invariant checks of this part are OFF" if part in ("rollout", "loss", "end_step") else "its metrics stop"
-        text = (f"grpo-monitor switched off its '{part}' part after an internal error; {checks} for the rest of "
-                f"the run (step {self.step}). Training goes on. The traceback is in the 'grpo_monitor' log.")
-        try:
-            self.sinks.alert(f"grpo-monitor: part '{part}' disabled", text, level="WARN")
-        except Exception:  # noqa: BLE001
-            log.exception("grpo-monitor: could not send the alert for the disabled part %s", part)
 
     def _drop(self, part: str) -> None:
         """Forget what a failed part gathered this step, so the step end does not trip on it."""
@@ -338,7 +302,7 @@ class GRPOMonitor:
         if part != "end_step":
             return None
         report = StepReport(_step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._disabled))
+        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
         self.step = report.step
         self._finish_step(report)
         return report
@@ -423,7 +387,6 @@ class GRPOMonitor:
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")
-_STEP_FAULTS = 3  # end_step failures in a row before it is disabled
 
 
 def _step_arg(step: Any, current: int) -> int:

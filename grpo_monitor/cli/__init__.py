@@ -2,7 +2,9 @@
 
 Each subcommand module exposes ``add_parser(subparsers)`` (which registers the
 subcommand and sets ``func``) and is listed in ``_SUBCOMMANDS``; ``func(args)`` returns
-the exit code.
+the exit code. Building the parser imports no torch, numpy or matplotlib (``--help``
+answers at once): each subcommand imports what it needs inside its ``run``, and choices
+that live in heavy modules are :class:`LazyChoices`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 #: Subcommand modules under ``grpo_monitor.cli``; a missing one is skipped.
 _SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace")
@@ -21,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grpo-monitor", description="Monitoring and invariant checks for GRPO training runs."
     )
+    parser.add_argument("--version", action=_VersionAction, help="print the version of grpo-monitor and exit")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _SUBCOMMANDS:
         try:
@@ -41,6 +44,59 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     return int(args.func(args) or 0)
+
+
+def package_version() -> str:
+    """The installed distribution's version, or ``grpo_monitor.__version__`` when it is not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("grpo-monitor")
+    except metadata.PackageNotFoundError:
+        from .. import __version__
+
+        return __version__
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: looks the version up only when asked (building the parser stays cheap)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, help: str | None = None):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option_string: Any = None):
+        print(f"{parser.prog} {package_version()}")
+        parser.exit()
+
+
+class LazyChoices:
+    """An argparse ``choices`` container filled on first use, from a module the parser must not import.
+
+    Give the argument a ``metavar`` (argparse lists choices without one when it builds the
+    parser) and write ``%(choices)s`` in its help.
+
+    >>> choices = LazyChoices(lambda: ("population", "bessel"))
+    >>> "bessel" in choices, str(choices)
+    (True, 'population, bessel')
+    """
+
+    def __init__(self, load: Callable[[], Iterable[str]]):
+        self._load = load
+        self._values: tuple[str, ...] | None = None
+
+    def _get(self) -> tuple[str, ...]:
+        if self._values is None:
+            self._values = tuple(self._load())
+        return self._values
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._get()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __str__(self) -> str:
+        return ", ".join(self._get())
 
 
 def fail(command: str, message: object, code: int = 2) -> int:

@@ -8,10 +8,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import fail
-from ..audit import AuditResult, audit, load_function
+
+if TYPE_CHECKING:
+    from ..audit import AuditResult
 
 _NAN_TEXT = {
     "excluded": "excluded: unscorable rows get 0 and stay out of the statistics",
@@ -45,6 +47,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Audit the function; print text or JSON; exit 1 on violations."""
+    from ..audit import audit, load_function
+
     try:
         fn = load_function(args.function)
         result = audit(fn, args.group_size, expect=args.expect, name=args.function)

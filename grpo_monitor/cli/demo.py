@@ -10,31 +10,54 @@ import argparse
 import sys
 from typing import Any
 
-from . import fail
-from ..demo import BUGS, DemoConfig
-from ..demo.summary import failure_text, summary_text
+from . import LazyChoices, fail
+
+#: Option dest -> the DemoConfig field it sets; an option left out keeps DemoConfig's default.
+_CONFIG_FIELDS = {
+    "steps": "steps", "group_size": "group_size", "questions": "num_questions", "groups_per_step": "groups_per_step",
+    "max_gen_batches": "max_gen_batches", "lr": "lr", "seed": "seed",
+}
+
+
+class _DemoHelpFormatter(argparse.HelpFormatter):
+    """Adds DemoConfig's default to the options that set one of its fields, when the help is printed."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        field = _CONFIG_FIELDS.get(action.dest)
+        if field is None:
+            return text
+        from ..demo import DemoConfig
+
+        return f"{text} (default {getattr(DemoConfig, field)})"
+
+
+def _bug_names() -> list[str]:
+    from ..demo import BUGS
+
+    return sorted(BUGS)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Register ``demo`` on the ``grpo-monitor`` subparsers."""
+    """Register ``demo`` on the ``grpo-monitor`` subparsers (imports nothing from the demo: no torch)."""
     parser = subparsers.add_parser(
-        "demo",
+        "demo", formatter_class=_DemoHelpFormatter,
         help="train a teaching model with GRPO and the monitor attached (seconds, CPU)",
         description="Train seed 000's teaching model (K questions, each answered correctly with probability "
         "sigmoid(z_q), rewards 0/1) with a real GRPO update and the monitor attached. Writes the JSONL log, "
-        "TensorBoard events, a W&B offline run (when W&B is installed) and an HTML report to --out.",
+        "TensorBoard events, a W&B offline run (when W&B is installed), an HTML report and its plots/ to --out.",
     )
     parser.add_argument("--out", default=None, help="output folder (default runs/demo, or runs/demo-<bug>)")
-    parser.add_argument("--steps", type=int, default=DemoConfig.steps, help=f"training steps (default {DemoConfig.steps})")
-    parser.add_argument("--group-size", "-G", type=int, default=DemoConfig.group_size, help="responses per question G")
-    parser.add_argument("--questions", type=int, default=DemoConfig.num_questions, help="questions K in the data set")
-    parser.add_argument("--groups-per-step", type=int, default=DemoConfig.groups_per_step, help="groups per batch B")
+    parser.add_argument("--steps", type=int, help="training steps")
+    parser.add_argument("--group-size", "-G", type=int, help="responses per question G")
+    parser.add_argument("--questions", type=int, help="questions K in the data set")
+    parser.add_argument("--groups-per-step", type=int, help="groups per batch B")
     parser.add_argument("--dynamic-sampling", action="store_true",
                         help="DAPO-style: regenerate until every group in the batch has reward variation")
-    parser.add_argument("--max-gen-batches", type=int, default=DemoConfig.max_gen_batches,
+    parser.add_argument("--max-gen-batches", type=int,
                         help="retry cap: generation batches per step with --dynamic-sampling")
-    parser.add_argument("--lr", type=float, default=DemoConfig.lr, help="SGD learning rate")
-    parser.add_argument("--seed", type=int, default=DemoConfig.seed, help="random seed")
+    parser.add_argument("--lr", type=float, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, help="random seed")
     wandb = parser.add_mutually_exclusive_group()
     wandb.add_argument("--wandb", dest="wandb", action="store_true", default=None,
                        help="log a W&B offline run (default: when wandb is installed)")
@@ -42,8 +65,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard events")
     parser.add_argument("--no-report", action="store_true", help="skip the HTML report")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    parser.add_argument("--inject-bug", metavar="NAME", choices=sorted(BUGS), default=None,
-                        help="rerun with a known implementation bug (see --list-bugs)")
+    parser.add_argument("--inject-bug", metavar="NAME", choices=LazyChoices(_bug_names), default=None,
+                        help="rerun with a known implementation bug: %(choices)s (see --list-bugs)")
     parser.add_argument("--list-bugs", action="store_true", help="list the injectable bugs and exit")
     parser.set_defaults(func=run)
     return parser
@@ -51,6 +74,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def list_bugs() -> str:
     """One line per bug: name, what it does, the invariants that catch it."""
+    from ..demo import BUGS
+
     width = max(len(name) for name in BUGS)
     lines = ["Injectable bugs (grpo-monitor demo --inject-bug NAME):"]
     for bug in BUGS.values():
@@ -58,12 +83,12 @@ def list_bugs() -> str:
     return "\n".join(lines)
 
 
-def _config(args: argparse.Namespace) -> DemoConfig:
-    return DemoConfig(
-        steps=args.steps, num_questions=args.questions, groups_per_step=args.groups_per_step,
-        group_size=args.group_size, dynamic_sampling=args.dynamic_sampling, max_gen_batches=args.max_gen_batches,
-        lr=args.lr, seed=args.seed,
-    )
+def _config(args: argparse.Namespace) -> Any:
+    """The DemoConfig of the options given (the others keep its defaults)."""
+    from ..demo import DemoConfig
+
+    given = {field: getattr(args, dest) for dest, field in _CONFIG_FIELDS.items() if getattr(args, dest) is not None}
+    return DemoConfig(dynamic_sampling=args.dynamic_sampling, **given)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -76,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return fail("demo", exc)
     from ..demo import run_demo
+    from ..demo.summary import failure_text, summary_text
 
     out = args.out or ("runs/demo" if args.inject_bug is None else f"runs/demo-{args.inject_bug}")
     result = run_demo(

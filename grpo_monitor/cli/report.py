@@ -26,14 +26,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the report; exit code 2 when the log is missing or unreadable."""
+    """Build the report; exit code 2 when the log is missing, unreadable or not a log of step records.
+
+    A record of the wrong shape is named by file and line (``reporting.records.LogFormatError``).
+    """
     if importlib.util.find_spec("matplotlib") is None:
         return fail("report", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
     from ..reporting import build_report
 
     try:
         page = build_report(args.run, args.out)
-    except (FileNotFoundError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # LogFormatError is a ValueError
         return fail("report", exc)
     print(f"report: {page}")
     print(f"plots:  {page.parent / 'plots'}")

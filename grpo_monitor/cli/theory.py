@@ -7,9 +7,7 @@ import json
 import math
 from typing import Any, Sequence
 
-from . import fail
-from .. import theory
-from ..audit import json_safe
+from . import LazyChoices, fail
 
 _GRADIENT_COLUMNS = (
     ("p", "p", "{:.4g}"),
@@ -40,7 +38,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("--group-size", "-G", type=int, default=8, help="responses per group G (default 8)")
     parser.add_argument("--p", default="0.01,0.1,0.5", help="comma-separated success probabilities (0.1 or 1/10)")
-    parser.add_argument("--std", choices=theory.STD_CONVENTIONS, default="population", help="std convention")
+    parser.add_argument("--std", choices=LazyChoices(_std_conventions), default="population", metavar="STD",
+                        help="std convention: %(choices)s (default %(default)s)")
     parser.add_argument("--eps", type=float, default=0.0, help="stabilizer added to the std (default 0)")
     parser.add_argument("--budget", type=int, default=1000, help="response budget of the non-degenerate column")
     parser.add_argument("--json", action="store_true", help="print JSON (null for infinite or undefined values)")
@@ -48,8 +47,17 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def _std_conventions() -> tuple[str, ...]:
+    from ..theory import STD_CONVENTIONS
+
+    return STD_CONVENTIONS
+
+
 def run(args: argparse.Namespace) -> int:
     """Print both tables; exit code 2 on invalid arguments."""
+    from .. import theory
+    from ..audit import json_safe
+
     ps = [item.strip() for item in args.p.split(",") if item.strip()]
     try:
         tables = theory.theory_tables(args.group_size, ps, std=args.std, eps=args.eps, budget=args.budget)

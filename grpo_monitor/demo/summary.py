@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Sequence
 
 from .bugs import BUGS
@@ -100,8 +101,16 @@ def summary_text(result: DemoResult) -> str:
     lines += [_row(*row) for row in rows if any(math.isfinite(v) for v in row[1])]
     lines += _verdict(result)
     lines.append("Outputs:")
-    lines += [f"  {name:<12}{path}" for name, path in result.outputs.items()]
+    lines += [f"  {name:<12}{path}" for name, path in listed_outputs(result).items()]
     return "\n".join(lines)
+
+
+def listed_outputs(result: DemoResult) -> dict[str, str]:
+    """The run's outputs by name, with the report's ``plots/`` folder (its PNG figures) after the report."""
+    outputs = dict(result.outputs)
+    if "report" in outputs:
+        outputs["plots"] = str(Path(outputs["report"]).parent / "plots")
+    return outputs
 
 
 def _verdict(result: DemoResult) -> list[str]:
@@ -137,5 +146,5 @@ def failure_text(result: DemoResult) -> str:
         lines += ["", f"Repro file: {path}",
                   f"  replay it: python -c \"import grpo_monitor; print(grpo_monitor.replay({path!r}).violations)\""]
     if "report" in result.outputs:
-        lines += ["", f"Report: {result.outputs['report']}"]
+        lines += ["", f"Report: {result.outputs['report']}", f"Plots:  {listed_outputs(result)['plots']}"]
     return "\n".join(lines)

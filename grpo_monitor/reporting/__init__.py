@@ -14,8 +14,12 @@ from pathlib import Path
 from .data import RunData, find_log, load_run
 from .html import render_page
 from .plots import FIGURES, FigureSpec
+from .records import LogFormatError, read_step_records
 
-__all__ = ["FIGURES", "FigureSpec", "RunData", "build_report", "find_log", "load_run", "render_figures"]
+__all__ = [
+    "FIGURES", "FigureSpec", "LogFormatError", "RunData", "build_report", "find_log", "load_run", "read_step_records",
+    "render_figures",
+]
 
 
 def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], list[str]]:

@@ -1,7 +1,8 @@
 """A run's JSONL log as arrays: one row per step, NaN where a metric is absent.
 
-The log is the JSONL sink's output (one ``StepReport.to_dict()`` per line). A demo run
-also holds ``theory.jsonl``: what the policy's own success probabilities predict per step.
+The log is the JSONL sink's output (one ``StepReport.to_dict()`` per line, each checked
+by :mod:`.records`). A demo run also holds ``theory.jsonl``: what the policy's own success
+probabilities predict per step.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..sinks.jsonl import read_jsonl
+from .records import read_step_records
 
 #: File names looked for in a run folder, in order.
 LOG_NAMES = ("monitor.jsonl", "grpo_monitor.jsonl", "metrics.jsonl")
@@ -83,9 +84,13 @@ def find_log(run: str | os.PathLike) -> Path:
 
 
 def load_run(run: str | os.PathLike) -> RunData:
-    """Read the log (and ``theory.jsonl`` next to it, when present) into :class:`RunData`."""
+    """Read the log (and ``theory.jsonl`` next to it, when present) into :class:`RunData`.
+
+    A line that is not a step record raises :class:`~.records.LogFormatError` (a ValueError)
+    naming the file and the line.
+    """
     log = find_log(run)
-    records = _by_step(read_jsonl(log))
+    records = _by_step(read_step_records(log))
     if not records:
         raise ValueError(f"{log} holds no step records; expected one StepReport.to_dict() per line")
     steps = np.array(sorted(records), dtype=np.int64)
@@ -103,12 +108,11 @@ def load_run(run: str | os.PathLike) -> RunData:
 
 
 def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Checked records by step; a later record of a step adds its fields and metrics to the earlier one."""
     out: dict[int, dict[str, Any]] = {}
     for r in records:
-        if isinstance(r, dict) and isinstance(r.get("step"), int):
-            previous = out.get(r["step"], {})
-            merged = {**previous, **r, "metrics": {**previous.get("metrics", {}), **(r.get("metrics") or {})}}
-            out[r["step"]] = merged
+        previous = out.get(r["step"], {})
+        out[r["step"]] = {**previous, **r, "metrics": {**previous.get("metrics", {}), **r["metrics"]}}
     return out
 
 
@@ -121,7 +125,7 @@ def _num(value: Any) -> float:
 
 def _mark(v: dict[str, Any], step: int, failed: bool) -> ViolationMark:
     return ViolationMark(
-        step=int(v.get("step", step)), invariant=str(v.get("invariant", "?")), message=str(v.get("message", "")),
+        step=step if v.get("step") is None else v["step"], invariant=v["invariant"], message=v.get("message") or "",
         failed=failed, repro_path=v.get("repro_path"),
     )
 

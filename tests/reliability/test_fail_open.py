@@ -209,3 +209,30 @@ def test_no_fault_no_warning_no_log(caplog):
         for _ in range(3):
             _step(mon)
     assert not _tracebacks(caplog) and not mon.disabled_parts
+
+
+# ------------------------------------------------------------------ visibility
+def test_a_switched_off_part_shows_as_a_metric_and_one_alert(monkeypatch, recording_sink):
+    """Checking switched off is never silent: grpo/monitor/disabled_parts every step, one alert per part."""
+    monkeypatch.setattr(monitor_module, "rollout_stats", _raise)
+    mon = GRPOMonitor(MonitorConfig(on_violation="warn"), sinks=[recording_sink])
+    with pytest.warns(RuntimeWarning, match="internal error in rollout"):
+        reports = [_step(mon) for _ in range(3)]
+    assert [r.metrics[DISABLED] for r in reports] == [1.0, 1.0, 1.0]
+    assert [m[DISABLED] for _, m in recording_sink.metrics] == [1.0, 1.0, 1.0]
+    alerts = [a for a in recording_sink.alerts if "disabled" in a[0]]
+    assert len(alerts) == 1 and "'rollout'" in alerts[0][0] and "invariant checks are OFF" in alerts[0][1]
+
+
+@pytest.mark.parametrize("defer", [False, True], ids=["eager", "deferred"])
+def test_a_broken_metric_never_switches_checking_off(monkeypatch, defer):
+    """With the question history failing every step, a sign flip at step 5 is still raised."""
+    monkeypatch.setattr(QuestionHistory, "update", _raise)
+    mon = GRPOMonitor(MonitorConfig(defer_checks=defer))
+    with pytest.warns(RuntimeWarning, match="assembling a step report"):
+        for _ in range(5):
+            _step(mon)
+    assert not mon.disabled_parts
+    with pytest.raises(grpo_monitor.InvariantViolation, match="affine_in_rewards|zero_group_mean"):
+        mon.observe_rollout(R, advantages=-ADV, question_ids=QUESTIONS)
+        mon.end_step()
