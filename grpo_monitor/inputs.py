@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 import numbers
 from typing import Any, Hashable, Sequence
 
@@ -257,3 +258,20 @@ def plain_state(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     return str(value)
+
+
+def step_arg(step: Any, current: int) -> int:
+    """``end_step``'s optional step number (``current``: the next step), checked at the boundary."""
+    if step is None:
+        return current
+    try:
+        value = operator.index(step) if not isinstance(step, bool) else None
+    except TypeError:
+        value = None
+    if value is None:
+        raise InputTypeError(f"step must be an int or None, but got {type(step).__name__} {step!r:.40}")
+    if value < max(current - 1, 0):
+        raise InputValueError(
+            f"step must be >= the last step {current - 1} (steps never go back), but got {value}"
+        )
+    return value

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import operator
 import threading
 import warnings
 from collections import Counter
@@ -139,7 +138,7 @@ class GRPOMonitor:
     @fail_open("end_step")
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
-        self.step = _step_arg(step, self.step)
+        self.step = inputs.step_arg(step, self.step)
         roll = self._sync(final=True)
         if roll is not None and roll[ROLLOUT_INDEX["groups"]] > 0:
             self._check_rollouts(roll)
@@ -301,7 +300,7 @@ class GRPOMonitor:
         """What a disabled part does: nothing, except ``end_step``, which still closes the step."""
         if part != "end_step":
             return None
-        report = StepReport(_step_arg(args[0] if args else kwargs.get("step"), self.step), {})
+        report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
         report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
         self.step = report.step
         self._finish_step(report)
@@ -387,20 +386,3 @@ class GRPOMonitor:
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")
-
-
-def _step_arg(step: Any, current: int) -> int:
-    """``end_step``'s optional step number (``current``: the next step), checked at the boundary."""
-    if step is None:
-        return current
-    try:
-        value = operator.index(step) if not isinstance(step, bool) else None
-    except TypeError:
-        value = None
-    if value is None:
-        raise inputs.InputTypeError(f"step must be an int or None, but got {type(step).__name__} {step!r:.40}")
-    if value < max(current - 1, 0):
-        raise inputs.InputValueError(
-            f"step must be >= the last step {current - 1} (steps never go back), but got {value}"
-        )
-    return value
