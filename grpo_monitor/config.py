@@ -66,6 +66,9 @@ class MonitorConfig(BaseModel):
     stuck_after: int = Field(5, ge=1, description="steps a question may be filtered in every attempt before it is flagged")
     table_every: int = Field(10, ge=1, description="steps between per-question tables handed to the sinks")
     table_rows: int = Field(200, ge=1, description="rows of the per-question table")
+    sink_queue_size: int = Field(100, ge=1, description="reports queued per background sink before new ones are dropped")
+    sink_stall_timeout: float = Field(30.0, gt=0, description="seconds one sink call may run before the sink counts as blocked")
+    sink_flush_timeout: float = Field(20.0, gt=0, description="seconds close() waits in all for background sinks to drain")
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
     @field_validator("policies")

@@ -50,8 +50,9 @@ class GRPOMonitor:
         if not isinstance(self.config, MonitorConfig):
             raise TypeError(f"config must be a MonitorConfig, but got {type(self.config).__name__}")
         self.rank, self.world = rank_and_world()
-        self.sinks = SinkSet(sinks, is_main_process=lambda: rank_and_world()[0] == 0)  # at call time: a monitor
-        # built before init_process_group must still write on rank 0 only
+        cfg = self.config
+        self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
+                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout)
         self.step = 0
         self.closed = False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
@@ -386,3 +387,8 @@ class GRPOMonitor:
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")
+
+
+def _is_rank_zero() -> bool:
+    """Checked at each call: a monitor built before ``init_process_group`` still writes on rank 0 only."""
+    return rank_and_world()[0] == 0

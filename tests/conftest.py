@@ -15,6 +15,7 @@ class RecordingSink(Sink):
     """A real :class:`Sink` that keeps everything it is handed, in order."""
 
     name = "recording"
+    synchronous = True  # in memory and instant: tests read it right after end_step
 
     def __init__(self) -> None:
         self.metrics: list[tuple[int, dict[str, float]]] = []

@@ -13,10 +13,19 @@ class Sink:
     Constructing a sink has no side effects (no files, no runs, no imports of optional
     packages); the backend is opened on first use. ``main_process_only`` sinks are only
     called on rank 0.
+
+    ``synchronous`` chooses how :class:`~grpo_monitor.sinks.SinkSet` calls the sink. False
+    (the default: W&B, TensorBoard, console, user sinks): from a thread of its own, fed in
+    order from a bounded queue, so a slow or hung backend never delays training; all of
+    the sink's calls (``log_report``, ``alert``, ``finish``) come from that one thread, and
+    reports are dropped, with a warning, while it is blocked. True, for durable sinks
+    (JSONL): inline in the training thread, so a step is written when ``end_step``
+    returns; such a sink must be fast, and it is retried on every step after a failure.
     """
 
     name: str = "sink"
     main_process_only: bool = True
+    synchronous: bool = False
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Write scalar metrics for ``step``."""

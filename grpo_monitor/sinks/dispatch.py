@@ -1,44 +1,55 @@
-"""Hands each report to every sink, isolating their failures from training."""
+"""Hands each report to every sink, isolating their failures and their slowness from training."""
 
 from __future__ import annotations
 
-import dataclasses
+import atexit
+import collections
+import time
 import warnings
+import weakref
 from typing import Callable, Iterable
 
 from ..report import StepReport
 from .base import Sink
+from .worker import Job, SinkHealth, SinkWorker, run_job
+
+__all__ = ["SinkHealth", "SinkSet", "SinkWarning"]
 
 
 class SinkWarning(RuntimeWarning):
-    """A sink failed; training goes on."""
-
-
-@dataclasses.dataclass
-class SinkHealth:
-    """Failure bookkeeping of one sink: the current streak, the steps left to skip."""
-
-    consecutive_failures: int = 0
-    total_failures: int = 0
-    skip_left: int = 0
-    disabled: bool = False
-    warned: bool = False
-    last_error: BaseException | None = None
+    """A sink failed or blocked; training goes on."""
 
 
 class SinkSet:
-    """The monitor's view of its sinks: ``emit(report)`` and ``finish(failed)``.
+    """The monitor's view of its sinks: ``emit(report)``, ``alert(...)``, ``flush()``, ``finish(failed)``.
+
+    Synchronous sinks (``sink.synchronous``, e.g. JSONL) are called inline, so a step is on
+    disk when ``emit`` returns. Every other sink gets its own daemon thread, fed in order
+    from a queue of at most ``queue_size`` reports, so a slow backend never delays
+    ``end_step`` nor the other sinks. A sink whose queue is full, or whose current call has
+    run longer than ``stall_timeout`` seconds, is blocked: the report is dropped (counted in
+    ``health_of(sink).dropped``) and a :class:`SinkWarning` names the sink once. A run's last
+    (failed) report, alerts and ``finish`` are queued even then.
 
     A sink that raises never stops training or the other sinks. Its first failure is
-    reported once as a :class:`SinkWarning` naming the sink and the exception; after the
-    k-th consecutive failure it is skipped for the next 2**(k-1) steps (1, 2, 4, ...), and
-    after ``max_failures`` consecutive failures it is disabled, with a final warning. A
-    success resets the streak. A failing report (``report.failed``, the run's last step)
-    goes to sinks that are backing off too. ``finish()`` is called on every sink, disabled
-    ones included, whatever the others raise.
+    warned once, naming the sink and the exception; after the k-th consecutive failure a
+    non-synchronous sink skips the next 2**(k-1) reports (1, 2, 4, ...), while a
+    synchronous (durable) one is retried on every step; after ``max_failures`` consecutive
+    failures it is disabled, with a final warning. A success resets the streak. A failed
+    report goes to sinks that are backing off too. Warnings are raised in the training
+    thread, at the next call of this object.
+
+    ``finish()`` queues each sink's ``finish`` behind its reports (disabled sinks included)
+    and waits at most ``flush_timeout`` seconds in all for them, then warns about any sink
+    that did not drain and returns; that sink's ``finish`` stays queued behind its blocked
+    call (never made from the training thread, concurrently with it). At interpreter exit,
+    queued reports are flushed (same bound) even when ``finish`` is never called. Threads
+    start on first use, never here.
 
     Sinks with ``main_process_only`` are skipped when ``is_main_process`` is false;
     ``is_main_process`` may be a bool or a no-argument callable, checked at call time.
+    ``queue_size``, ``stall_timeout`` and ``flush_timeout`` are read at each call and may be
+    changed on the object.
     """
 
     def __init__(
@@ -47,14 +58,25 @@ class SinkSet:
         *,
         is_main_process: bool | Callable[[], bool] = True,
         max_failures: int = 5,
+        queue_size: int = 100,
+        stall_timeout: float = 30.0,
+        flush_timeout: float = 20.0,
     ):
-        if not isinstance(max_failures, int) or max_failures < 1:
-            raise ValueError(f"Expected argument `max_failures` to be an int >= 1 but got {max_failures!r}")
+        _check_int("max_failures", max_failures)
+        _check_int("queue_size", queue_size)
+        _check_seconds("stall_timeout", stall_timeout)
+        _check_seconds("flush_timeout", flush_timeout)
         self.sinks = list(sinks)
         self.is_main_process = is_main_process
         self.max_failures = max_failures
+        self.queue_size = queue_size
+        self.stall_timeout = float(stall_timeout)
+        self.flush_timeout = float(flush_timeout)
         self.health: dict[int, SinkHealth] = {id(s): SinkHealth() for s in self.sinks}
+        self._workers: dict[int, SinkWorker] = {}
+        self._messages: collections.deque[str] = collections.deque()
 
+    # ------------------------------------------------------------------ views
     def _main(self) -> bool:
         main = self.is_main_process
         return bool(main() if callable(main) else main)
@@ -64,55 +86,143 @@ class SinkSet:
         return [s for s in self.sinks if main or not s.main_process_only]
 
     def health_of(self, sink: Sink) -> SinkHealth:
-        """The failure bookkeeping of ``sink`` (one of :attr:`sinks`)."""
+        """The bookkeeping (failures, dropped reports) of ``sink`` (one of :attr:`sinks`)."""
         return self.health.setdefault(id(sink), SinkHealth())
 
+    # ------------------------------------------------------------------ calls
     def emit(self, report: StepReport) -> None:
-        """Hand ``report`` to every active sink that is not disabled or backing off."""
-        for sink in self._active():
-            health = self.health_of(sink)
-            if health.disabled:
-                continue
-            if health.skip_left > 0 and not report.failed:
-                health.skip_left -= 1
-                continue
-            try:
-                sink.log_report(report)
-            except Exception as exc:  # noqa: BLE001 - a sink must never stop training
-                self._record_failure(sink, health, exc, report.step)
-            else:
-                health.consecutive_failures = 0
-                health.skip_left = 0
+        """Hand ``report`` to every active sink that is not disabled; never waits on a slow one."""
+        self._dispatch(Job.for_report(report))
 
-    def _record_failure(self, sink: Sink, health: SinkHealth, exc: Exception, step: int) -> None:
-        health.consecutive_failures += 1
-        health.total_failures += 1
-        health.last_error = exc
-        streak = health.consecutive_failures
-        if streak >= self.max_failures:
-            health.disabled = True
-            _warn(
-                f"sink {sink.name!r} disabled after {streak} consecutive failures "
-                f"(last at step {step}: {exc!r}); its output stops here"
-            )
-            return
-        health.skip_left = 2 ** (streak - 1)
-        if not health.warned:
-            health.warned = True
-            _warn(
-                f"sink {sink.name!r} failed at step {step}: {exc!r}; training continues, the sink "
-                f"is retried with backoff (1, 2, 4, ... steps) and disabled after "
-                f"{self.max_failures} consecutive failures"
-            )
+    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
+        """Raise an alert in every active sink (e.g. a monitor part was disabled); never waits."""
+        self._dispatch(Job.for_alert(title, text, level))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the queued work is done, at most ``timeout`` s (default ``flush_timeout``); True if drained."""
+        return self._drain(self.flush_timeout if timeout is None else timeout, warn=False)
 
     def finish(self, failed: bool = False) -> None:
-        """Call ``finish(failed)`` on every active sink; failures are warned, not raised."""
+        """Flush, then call ``finish(failed)`` on every active sink, all within ``flush_timeout`` s; never raises."""
+        deadline = time.monotonic() + self.flush_timeout
+        self._dispatch(Job.for_finish(failed), report=False)
+        self._wait(deadline, warn=True)
+        self._report()
+        _stop_all(self._workers)
+        self._workers.clear()  # a later emit starts fresh threads
+
+    # --------------------------------------------------------------- delivery
+    def _dispatch(self, job: Job, report: bool = True) -> None:
+        self._report()
         for sink in self._active():
+            self._deliver(sink, job)
+        if report:
+            self._report()
+
+    def _deliver(self, sink: Sink, job: Job) -> None:
+        health = self.health_of(sink)
+        if health.disabled and job.kind != "finish":
+            return
+        if getattr(sink, "synchronous", False):
+            self._note(run_job(sink, health, job, self.max_failures))
+            return
+        worker = self._worker(sink)
+        blocked = None if job.urgent else self._blocked(worker)
+        if blocked is None:
+            worker.put(job)
+            return
+        health.dropped += 1
+        if not health.blocked_warned:
+            health.blocked_warned = True
+            self._note(
+                f"sink {sink.name!r} is blocked ({blocked}); {job.what} and later reports are "
+                f"dropped while it stays blocked (counted in its health), training does not wait for it"
+            )
+
+    def _blocked(self, worker: SinkWorker) -> str | None:
+        """Why ``worker`` takes no more reports now, or None."""
+        busy = worker.busy_for()
+        if busy > self.stall_timeout:
+            return f"its current call has run for {busy:.1f} s, over stall_timeout={self.stall_timeout:g} s"
+        if worker.queued() >= self.queue_size:
+            return f"its queue of {self.queue_size} reports is full"
+        return None
+
+    def _worker(self, sink: Sink) -> SinkWorker:
+        worker = self._workers.get(id(sink))
+        if worker is None:
+            worker = SinkWorker(sink, self.health_of(sink), self.max_failures, self._messages)
+            if self not in _LIVE:
+                _watch(self)
+            self._workers[id(sink)] = worker
+        return worker
+
+    # ---------------------------------------------------------------- waiting
+    def _drain(self, timeout: float, warn: bool) -> bool:
+        drained = self._wait(time.monotonic() + max(0.0, float(timeout)), warn)
+        self._report()
+        return drained
+
+    def _wait(self, deadline: float, warn: bool) -> bool:
+        """Wait for every worker until ``deadline``; note the ones that did not drain."""
+        drained = True
+        for worker in list(self._workers.values()):
+            if worker.wait_idle(deadline - time.monotonic()):
+                continue
+            drained = False
+            if warn:
+                self._note(
+                    f"sink {worker.sink.name!r} did not drain within flush_timeout={self.flush_timeout:g} s "
+                    f"({worker.pending()} calls abandoned, the current one running for "
+                    f"{worker.busy_for():.1f} s); not waiting for it"
+                )
+        return drained
+
+    def _note(self, text: str | None) -> None:
+        if text:
+            self._messages.append(text)
+
+    def _report(self) -> None:
+        """Warn, in the calling thread, about what the sinks' threads noted since the last call."""
+        while self._messages:
             try:
-                sink.finish(failed=failed)
-            except Exception as exc:  # noqa: BLE001
-                _warn(f"sink {sink.name!r} failed to finish: {exc!r}")
+                text = self._messages.popleft()
+            except IndexError:  # pragma: no cover - emptied concurrently
+                return
+            warnings.warn(f"grpo-monitor: {text}", SinkWarning, stacklevel=4)
 
 
-def _warn(text: str) -> None:
-    warnings.warn(f"grpo-monitor: {text}", SinkWarning, stacklevel=3)
+def _check_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"Expected argument `{name}` to be an int >= 1 but got {value!r}")
+
+
+def _check_seconds(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"Expected argument `{name}` to be a number of seconds > 0 but got {value!r}")
+
+
+# ------------------------------------------------------------ process lifetime
+_LIVE: "weakref.WeakSet[SinkSet]" = weakref.WeakSet()
+_HOOKED = False
+
+
+def _watch(sinkset: SinkSet) -> None:
+    """On a SinkSet's first worker: flush it at interpreter exit, stop its threads when it is collected."""
+    global _HOOKED
+    _LIVE.add(sinkset)
+    weakref.finalize(sinkset, _stop_all, sinkset._workers).atexit = False  # the dict, never rebound
+    if not _HOOKED:
+        _HOOKED = True
+        atexit.register(_flush_at_exit)
+
+
+def _stop_all(workers: dict[int, SinkWorker]) -> None:
+    for worker in list(workers.values()):
+        worker.stop()
+
+
+def _flush_at_exit() -> None:
+    """Deliver what is still queued before the interpreter exits, each SinkSet within its flush_timeout."""
+    for sinkset in list(_LIVE):
+        sinkset._drain(sinkset.flush_timeout, warn=True)

@@ -39,25 +39,44 @@ class JSONLSink(Sink):
 
     The whole line goes out in one ``os.write`` on a file opened with ``O_APPEND``, then
     ``os.fsync`` when ``fsync`` is true, so a ``kill -9`` loses no step whose ``log_report``
-    returned, and at worst leaves a torn final line, which :func:`read_jsonl` skips. When
-    the file already ends in such a torn line (a crash, then a resume), a newline is
-    written first so the torn bytes never glue onto the next step.
+    returned, and at worst leaves a torn final line, which :func:`read_jsonl` skips. The
+    sink is ``synchronous``: the :class:`~grpo_monitor.sinks.SinkSet` calls it in the
+    training thread, so that guarantee holds when ``end_step`` returns.
+
+    Torn tails are repaired before the next write, two ways. When the file already ends in
+    a torn line on opening (a crash, then a resume), a newline is written first: those
+    bytes are another process's evidence, kept for :func:`read_jsonl` to report. After a
+    write of this sink failed (disk full, file size limit, I/O error), the file is cut back
+    to the end of its last complete line before the next write: the torn bytes can only be
+    the failed record's own prefix, which can never be completed, and ending them with a
+    newline instead would leave a line in the middle of the file that strict JSON Lines
+    readers (``jq``, ``pandas.read_json(lines=True)``) reject. A transient failure thus
+    loses at most the step that failed, and the file stays valid line by line.
     """
 
     name = "jsonl"
+    synchronous = True
 
     def __init__(self, path: str | os.PathLike, fsync: bool = True):
         self.path = Path(path)
         self.fsync = bool(fsync)
         self._fd: int | None = None
+        self._torn = False  # the last write failed: the file may end in its partial line
 
     def _open(self) -> int:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-            if _ends_torn(fd):
-                _write_all(fd, b"\n")
+            try:
+                if not self._torn and _ends_torn(fd):
+                    _write_all(fd, b"\n")
+            except BaseException:
+                os.close(fd)
+                raise
             self._fd = fd
+        if self._torn:
+            _cut_torn_tail(self._fd)
+            self._torn = False
         return self._fd
 
     def log_report(self, report: StepReport) -> None:
@@ -69,9 +88,13 @@ class JSONLSink(Sink):
     def write_record(self, record: dict[str, Any]) -> None:
         """Append one record as one line; durable on return when ``fsync`` is true."""
         fd = self._open()
-        _write_all(fd, encode_line(record))
-        if self.fsync:
-            os.fsync(fd)
+        try:
+            _write_all(fd, encode_line(record))
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            self._torn = True
+            raise
 
     def finish(self, failed: bool = False) -> None:
         if self._fd is not None:
@@ -86,6 +109,25 @@ def _ends_torn(fd: int) -> bool:
     """Whether the file behind ``fd`` is non-empty and does not end in a newline."""
     size = os.fstat(fd).st_size
     return size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+
+
+def _complete_size(fd: int, chunk: int = 1 << 16) -> int:
+    """The length of the file behind ``fd`` up to and including its last newline (0 if none)."""
+    end = os.fstat(fd).st_size
+    while end > 0:
+        start = max(0, end - chunk)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Truncate the file behind ``fd`` to its last complete line (drops a failed write's bytes)."""
+    size = _complete_size(fd)
+    if size < os.fstat(fd).st_size:
+        os.ftruncate(fd, size)
 
 
 def _write_all(fd: int, data: bytes) -> None:

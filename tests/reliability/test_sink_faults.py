@@ -82,13 +82,13 @@ def test_a_sink_failing_every_other_call_is_retried_and_never_disabled(tmp_path)
 
 
 def test_a_real_jsonl_sink_on_an_unwritable_path_never_stops_training(tmp_path):
-    """A JSONLSink pointed at a directory (every write is an OSError) is warned about and disabled; the other sink is complete."""
+    """A JSONLSink pointed at a directory (every write is an OSError) is warned about, never disabled; the other sink is complete."""
     broken, good = JSONLSink(tmp_path), JSONLSink(tmp_path / "run.jsonl")
     reports, texts = _run([broken, good])
     assert len(reports) == STEPS
     assert len(read_jsonl(tmp_path / "run.jsonl")) == STEPS
-    assert any("'jsonl' failed at step 0" in t for t in texts)
-    assert any("'jsonl' disabled after 5" in t for t in texts)
+    assert any("'jsonl' failed at step 0" in t and "never disabled" in t for t in texts)
+    assert not any("disabled after" in t for t in texts)  # a durable sink keeps trying: no step given up
 
 
 def test_a_sink_failing_to_finish_does_not_raise(tmp_path):
@@ -99,3 +99,24 @@ def test_a_sink_failing_to_finish_does_not_raise(tmp_path):
     assert [rec["step"] for rec in read_jsonl(tmp_path / "run.jsonl")] == [0, 1, 2]
     assert len(texts) == 1 and "failed to finish" in texts[0]
     assert good._fd is None  # closed although the sink before it raised
+
+
+def test_a_durable_sink_outlasting_max_failures_resumes_when_the_fault_clears(tmp_path):
+    """Eight steps with a file where the log's folder should be, then the folder is possible again:
+    every later step is on disk and the recovery is announced with the count of lost records."""
+    blocker = tmp_path / "logs"
+    blocker.write_text("a file in the way")
+    sink = JSONLSink(blocker / "run.jsonl")
+    mon = GRPOMonitor(MonitorConfig(on_violation="ignore", strict=True), sinks=[sink])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(20):
+            if step == 8:
+                blocker.unlink()
+            mon.observe_rollout(R, advantages=ADV)
+            mon.end_step()
+        mon.close()
+    texts = [str(w.message) for w in caught if issubclass(w.category, SinkWarning)]
+    assert [rec["step"] for rec in read_jsonl(blocker / "run.jsonl")] == list(range(8, 20))
+    assert any("recovered at step 8 after 8 failed writes" in t for t in texts), texts
+    assert not any("disabled after" in t for t in texts)

@@ -49,6 +49,7 @@ def _emit(sinkset, make_report, steps):
         warnings.simplefilter("always")
         for step in steps:
             sinkset.emit(make_report(step))
+        assert sinkset.flush(), "the sinks' threads drain"  # non-synchronous sinks run in threads
     return [w for w in caught if issubclass(w.category, SinkWarning)]
 
 
@@ -86,6 +87,7 @@ def test_failing_report_reaches_a_sink_in_backoff(make_report):
     sinkset = SinkSet([flaky])
     _emit(sinkset, make_report, [0])
     sinkset.emit(make_report(1, failed=True))
+    assert sinkset.flush()
     assert flaky.steps == [1]
 
 
@@ -119,6 +121,7 @@ def test_is_main_process_callable_is_checked_at_call_time(make_report):
     sinkset.emit(make_report(0))
     state["main"] = True
     sinkset.emit(make_report(1))
+    assert sinkset.flush()
     assert sink.steps == [1]
 
 

@@ -25,6 +25,7 @@ def test_breach_on_last_step_is_in_every_sink(tmp_path, wandb_offline, make_repo
         sinks.emit(make_report(step))
     last = make_report(3, violations=[make_violation(3)], failed=True)
     sinks.emit(last)  # what the monitor does under the "raise" policy, before raising
+    assert sinks.flush()  # W&B runs in its own thread: let it open its run before reading it here
     wandb_path = Path(wandb_sink.run.settings.sync_file)
     sinks.finish(failed=True)
 
