@@ -1,4 +1,18 @@
-"""GRPOMonitor: the one stateful object. It accumulates, syncs once, checks, reports."""
+"""GRPOMonitor: the one stateful object. It accumulates, syncs once, checks, reports.
+
+A step, top to bottom (``end_step``):
+
+1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.sync`);
+2. ``found = self._check(synced)``: the invariants of what was synced (pure functions of
+   it, plus the convention lock);
+3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
+4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
+5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
+
+With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own
+rollout at once, so a broken batch never reaches the optimizer; on a breach it finishes
+the step there (3-5, with a local sync of the rest of the step).
+"""
 
 from __future__ import annotations
 
@@ -6,29 +20,27 @@ import dataclasses
 import logging
 import threading
 import warnings
-from collections import Counter
 from typing import Any, Iterable
 
 import torch
 
 from . import inputs
-from .inputs import plain_state
+from .accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
+from .assemble import assemble_report, violation_metrics
 from .config import MonitorConfig
-from .conventions import ConventionTracker
-from .distributed import all_reduce_fields, gather_objects, rank_and_world
+from .distributed import rank_and_world
 from .guard import Faults, fail_open, locked
 from .invariants import HINTS, group_violations, token_violations
 from .metrics import DISABLED_PARTS_KEY, user_metrics
-from .questions import QuestionTracker
 from .repro import save_repro
 from .report import StepReport
-from .report_builder import build_report, violation_metrics
+from .run_state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
-from .stats.rollout import ROLLOUT_INDEX, rollout_stats
-from .step import LEDGER, ROLLOUT, GenerationRecord, HostGroups, RolloutRecord, StepState
+from .stats.rollout import rollout_stats
+from .sync import SyncedStep, sync_step
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -57,12 +69,9 @@ class GRPOMonitor:
         self.closed = False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
         self._lock = threading.RLock()  # one lock for every public call (see guard.py)
-        self._conventions = ConventionTracker(self.config)
-        self._questions = QuestionTracker(self.config)
-        self._counts: Counter[str] = Counter()
-        self._totals: Counter[str] = Counter()  # run totals of the retry ledger (resumable)
+        self._run = RunState(cfg)  # what crosses steps (run_state.py)
         self._guard = Faults()  # the monitor's own faults: parts switched off, streaks (guard.py)
-        self._state = StepState()
+        self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
 
@@ -79,15 +88,15 @@ class GRPOMonitor:
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
-                self._check_rollouts(self._sync(final=False))  # the other ranks' eager check waits for this one
+                self._check_now()  # the other ranks' eager check waits for this one
             return
         vec, detail = rollout_stats(
             layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
         )
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv)
-        self._state.add_rollout(vec, record)
+        self._acc.add_rollout(vec, record)
         if not self.config.defer_checks:
-            self._check_rollouts(self._sync(final=False))
+            self._check_now()
 
     @fail_open("generation")
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None, lengths: Any = None) -> None:
@@ -99,14 +108,14 @@ class GRPOMonitor:
         tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
         if lengths is not None:
             tokens = inputs.align_rows(lengths, "lengths", layout).sum()
-        rounds = len(self._state.generations) + 1  # calls so far this step: a max, so ranks' rounds are not added up
-        vec = torch.stack([
-            torch.full_like(tokens, rounds), torch.full_like(tokens, layout.num_groups), torch.full_like(tokens, len(layout.rewards)),
-            tokens, torch.full_like(tokens, float(lengths is not None)), s.degenerate.sum().to(tokens),
-            s.nonbinary.to(tokens),
-        ])
+        vec = LEDGER.pack(dict(
+            generation_batches=len(self._acc.generations) + 1,  # calls so far this step: a max across ranks
+            generated_groups=layout.num_groups, generated_responses=len(layout.rewards), generated_tokens=tokens,
+            token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
+            generated_nonbinary=s.nonbinary,
+        ), tokens.device)
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
-        self._state.add_generation(vec, GenerationRecord(s, s.reward_sum, questions))
+        self._acc.add_generation(vec, GenerationRecord(s, s.reward_sum, questions))
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
@@ -123,7 +132,7 @@ class GRPOMonitor:
             mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
         )
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
-        self._state.add_tokens(vec, self._token_layout)
+        self._acc.add_tokens(vec, self._token_layout)
 
     @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
@@ -140,139 +149,109 @@ class GRPOMonitor:
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = inputs.step_arg(step, self.step)
-        roll = self._sync(final=True)
-        if roll is not None and roll[ROLLOUT_INDEX["groups"]] > 0:
-            self._check_rollouts(roll)
-        if self._state.synced_tokens is not None:
-            self._handle(token_violations(self._token_layout.to_dict(self._state.synced_tokens.tolist()), self.config, self.step))
-        report = self._build_report()
-        self._finish_step(report)
-        return report
+        synced = self._sync(final=True)
+        return self._finish(synced, self._check(synced))
 
-    def _sync(self, final: bool) -> torch.Tensor:
-        """ONE collective (when distributed) and ONE device-to-host copy of what is pending.
+    def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
+        """See :func:`grpo_monitor.sync.sync_step`; on several ranks every one sends the token slots."""
+        if final and self._token_layout is None and rank_and_world()[1] > 1:
+            from .stats.tokens import TOKEN_FIELDS
 
-        Returns the pending rollout vector on the host; at the end of the step, the ledger,
-        token vector and per-group arrays are stored on the step state. Shards on several
-        ranks (``rollout_scope="local"``) add, at the end of the step only, a gather of the
-        per-group host arrays and question ids.
-        """
-        st = self._state
-        device = st.device or torch.device("cpu")
-        glob = self.config.rollout_scope == "global"
-        parts = [("rollout", ROLLOUT, st.rollout_pending, glob)]
-        if final:
-            parts.append(("ledger", LEDGER, st.ledger, glob))
-            if self._token_layout is None and rank_and_world()[1] > 1:  # every rank sends one vector length,
-                from .stats.tokens import TOKEN_FIELDS  # whichever ranks observed tokens so far
+            self._token_layout = FieldLayout(TOKEN_FIELDS)
+        return sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
+                         final=final, collective=collective)
 
-                self._token_layout = FieldLayout(TOKEN_FIELDS)
-            if self._token_layout is not None:
-                parts.append(("tokens", self._token_layout, st.tokens, False))
-        vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
-        layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
-        keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
-        vec = all_reduce_fields(vec, layout, keep)
-        arrays = st.group_arrays() if final else []
-        host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
-        pieces, offset = {}, 0
-        for name, lay, _, _ in parts:
-            pieces[name] = host[offset:offset + len(lay)]
-            offset += len(lay)
-        if final:
-            tokens = pieces.get("tokens")
-            if tokens is not None and st.tokens is None and torch.equal(tokens, self._token_layout.empty()):
-                tokens = None  # no rank observed tokens this step
-            st.synced_ledger, st.synced_tokens = pieces["ledger"], tokens
-            st.synced_groups = self._union_groups(st.host_groups(host[offset:].numpy()), glob)
-        return pieces["rollout"]
+    def _check_now(self) -> None:
+        """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
+        found = self._check(self._sync(final=False))
+        if any(self._raises(v) for v in found):
+            self._finish(self._sync(final=True, collective=False), found)
+        self._record(found)
 
-    @staticmethod
-    def _union_groups(groups: HostGroups, glob: bool) -> HostGroups:
-        """Local per-group arrays, or, for shards on several ranks, every rank's (an object gather
-        at the end of the step: the per-question history and histograms see the union)."""
-        if glob or rank_and_world()[1] == 1:
-            return groups
-        return HostGroups.union(gather_objects(groups))
-
-    def _check_rollouts(self, host_vec: torch.Tensor) -> None:
-        st = self._state
-        values = ROLLOUT.to_dict(host_vec.tolist())
-        found = group_violations(values, [(r.detail, r.labels) for r in st.pending_rollouts()], self.config, self.step)
-        fit = self._conventions.update(values)
-        if fit is not None:
-            st.convention = fit
-            root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
-            if fit.problem and not root_caused:
-                found.append(Violation("convention", self.step, fit.problem, self._expected_convention(), (), HINTS["convention"]))
-        st.mark_synced(host_vec)
-        self._handle(found)
+    def _check(self, synced: SyncedStep) -> list[Violation]:
+        """The invariants of what ``synced`` holds; the rollout's convention narrows the run's lock."""
+        found: list[Violation] = []
+        if synced.has_rollout:
+            records = [(r.detail, r.labels) for r in synced.records]
+            found = group_violations(synced.rollout, records, self.config, self.step)
+            fit = self._run.lock_convention(synced.rollout)
+            if fit is not None:
+                self._acc.convention = fit
+                root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
+                if fit.problem and not root_caused:
+                    found.append(Violation("convention", self.step, fit.problem, self._expected_convention(), (),
+                                           HINTS["convention"]))
+        self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
+        if synced.tokens is not None:
+            found += token_violations(synced.tokens, self.config, self.step)
+        return found
 
     def _expected_convention(self) -> str:
         c = self.config.std_convention
         return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
-    # ---------------------------------------------------------------- policies
-    def _handle(self, found: list[Violation]) -> None:
-        """Record, warn or raise according to each invariant's policy."""
-        if not found:
-            return
-        raises = [self.config.policy_for(v.invariant) == "raise" for v in found]
-        raising = [v for v, r in zip(found, raises) if r]
-        if raising:  # save_repro never raises: a failed dump is named in the message instead
-            path, why = save_repro(self.config, self.step, self._state, raising)
-            found = [dataclasses.replace(v, repro_path=path, repro_error=why) if r else v for v, r in zip(found, raises)]
-            raising = [v for v, r in zip(found, raises) if r]
-        self._state.violations.extend(found)
-        for v in found:
-            self._counts[v.invariant] += 1
-            if self.config.policy_for(v.invariant) == "warn" and self._counts[v.invariant] == 1:
-                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
+    def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
+        """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
+        found = self._with_repro(found)
+        self._record(found)
+        raising = [v for v in found if self._raises(v)]
+        report = self._report(synced, failed=bool(raising))
         if raising:
-            self._close_on_breach()
-            raise InvariantViolation(raising)
-
-    def _close_on_breach(self) -> None:
-        """Report the failing step to every sink and close; nothing here can hide the breach."""
-        self.closed, self._closed_by = True, f"the invariant breach at step {self.step} closed it"
-        try:
-            self._finish_step(self._build_report(failed=True))
+            self.closed, self._closed_by = True, f"the invariant breach at step {self.step} closed it"
+        self._emit(report)
+        if raising:
             self.sinks.finish(failed=True)
-        except Exception:  # noqa: BLE001 - sinks are isolated already; this is a last resort
-            log.exception("grpo-monitor: could not report the failing step %d to the sinks", self.step)
+            raise InvariantViolation(raising)
+        return report
+
+    # ---------------------------------------------------------------- policies
+    def _raises(self, v: Violation) -> bool:
+        return self.config.policy_for(v.invariant) == "raise"
+
+    def _with_repro(self, found: list[Violation]) -> list[Violation]:
+        """Breaches to raise get their repro file, or why it could not be saved (save_repro never raises)."""
+        raising = [v for v in found if self._raises(v)]
+        if not raising:
+            return found
+        path, why = save_repro(self.config, self.step, self._acc, raising)
+        return [dataclasses.replace(v, repro_path=path, repro_error=why) if self._raises(v) else v for v in found]
+
+    def _record(self, found: list[Violation]) -> None:
+        """Keep the step's violations; warn once per invariant under the ``"warn"`` policy."""
+        self._acc.violations.extend(found)
+        self._run.count(found)
+        for v in found:
+            if self.config.policy_for(v.invariant) == "warn" and self._run.counts[v.invariant] == 1:
+                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
 
     # ------------------------------------------------------------------ report
-    def _build_report(self, failed: bool = False) -> StepReport:
-        """The step's report; a fault in assembling it keeps the violations and the step's checks.
+    def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
+        """Steps 3-4: the run state's update and the assembled report.
 
-        Report assembly is not checking: when it fails (a metric, the question history), the
-        fault is logged (traceback once), counted, and the report holds the violations only.
+        Neither is checking: a fault here (a metric, the question history) is logged
+        (traceback once) and counted, and the report keeps the step's violations.
         """
+        acc = self._acc
+        rollout = ROLLOUT.to_dict(acc.rollout_checked.tolist()) if acc.rollout_checked is not None else None
         try:
-            report = build_report(self.step, self._state, self._questions, failed)
-            report.metrics.update(self._run_totals())
+            run = self._run.update(self.step, rollout, synced.ledger, synced.groups)
+            report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.convention,
+                                     acc.violations, run, failed)
         except Exception:
             if self.config.strict:
                 raise
             self._guard.report_fault(self.step)
-            report = StepReport(self.step, violation_metrics(self._state.violations), list(self._state.violations),
-                                failed=failed)
+            report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
         return report
 
-    def _run_totals(self) -> dict[str, float]:
-        """Fold this step's ledger into the run totals (once per step); the totals as metrics."""
-        st = self._state
-        if st.synced_ledger is not None:
-            ledger = LEDGER.to_dict(st.synced_ledger.tolist())
-            self._totals["generated_groups"] += ledger["generated_groups"]
-            self._totals["generated_responses"] += ledger["generated_responses"]
-        if st.rollout_synced is not None:
-            self._totals["retained_groups"] += float(st.rollout_synced[ROLLOUT_INDEX["groups"]])
-        if self._totals["generated_groups"] <= 0:
-            return {}
-        return {f"grpo/sampling/total_{k}": float(self._totals[k]) for k in _TOTALS}
+    def _emit(self, report: StepReport) -> None:
+        """Hand ``report`` to the sinks; the next step starts empty."""
+        self.sinks.emit(report)
+        self.step = report.step + 1
+        self._acc = Accumulator()
+        self._extra = {}
 
     # ----------------------------------------------------------- fail-open
     @property
@@ -288,14 +267,14 @@ class GRPOMonitor:
 
     def _drop(self, part: str) -> None:
         """Forget what a failed part gathered this step, so the step end does not trip on it."""
-        st = self._state
+        acc = self._acc
         if part == "rollout":
-            st.rollout_pending = st.rollout_synced = st.convention = None
-            st.rollouts, st.checked = [], 0
+            acc.rollout_pending = acc.rollout_checked = acc.convention = None
+            acc.rollouts, acc.checked = [], 0
         elif part == "generation":
-            st.ledger, st.generations = None, []
+            acc.ledger, acc.generations = None, []
         elif part == "loss":
-            st.tokens = None
+            acc.tokens = None
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
         """What a disabled part does: nothing, except ``end_step``, which still closes the step."""
@@ -303,15 +282,8 @@ class GRPOMonitor:
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
         report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
-        self.step = report.step
-        self._finish_step(report)
+        self._emit(report)
         return report
-
-    def _finish_step(self, report: StepReport) -> None:
-        self.sinks.emit(report)
-        self.step += 1
-        self._state = StepState()
-        self._extra = {}
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:
@@ -359,7 +331,7 @@ class GRPOMonitor:
     @property
     def violation_counts(self) -> dict[str, int]:
         """How many times each invariant broke so far."""
-        return dict(self._counts)
+        return dict(self._run.counts)
 
     def state_dict(self) -> dict[str, Any]:
         """Step counter, locked convention, per-question history, ledger totals and violation counts.
@@ -368,22 +340,13 @@ class GRPOMonitor:
         so ``json.dumps`` and ``torch.load(weights_only=True)`` take it.
         """
         with self._lock:
-            return plain_state({
-                "step": self.step,
-                "conventions": self._conventions.state_dict(),
-                "questions": self._questions.state_dict(),
-                "counts": dict(self._counts),
-                "totals": dict(self._totals),
-            })
+            return {"step": self.step, **self._run.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
         with self._lock:
+            self._run.load_state_dict(state)
             self.step = int(state["step"])
-            self._conventions.load_state_dict(state["conventions"])
-            self._questions.load_state_dict(state["questions"])
-            self._counts = Counter(state.get("counts", {}))
-            self._totals = Counter(state.get("totals", {}))
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")

@@ -12,11 +12,15 @@ from .config import MonitorConfig
 from .history import QuestionHistory
 
 
+#: The per-group arrays a record sends to the host at the end of a step, in this order.
+GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate")
+
+
 class GroupArrays:
-    """Host copies of one record's per-group arrays (std, reward sum, valid count, degenerate)."""
+    """Host copies of one record's per-group arrays (``GROUP_ARRAYS``: std, reward sum, valid count, degenerate)."""
 
     def __init__(self, flat: np.ndarray, questions: Sequence[Hashable] | None):
-        std, rsum, n, degen = flat.reshape(4, -1)
+        std, rsum, n, degen = flat.reshape(len(GROUP_ARRAYS), -1)
         self.std, self.reward_sum, self.n, self.degenerate = std, rsum, n, degen.astype(bool)
         self.questions = list(questions) if questions is not None else None
 
@@ -25,8 +29,9 @@ def split_arrays(flat: np.ndarray, sizes: Sequence[int], questions: Sequence[Any
     """Cut the step's concatenated per-group arrays back into records."""
     out, offset = [], 0
     for size, q in zip(sizes, questions):
-        out.append(GroupArrays(flat[offset:offset + 4 * size], q))
-        offset += 4 * size
+        width = len(GROUP_ARRAYS) * size
+        out.append(GroupArrays(flat[offset:offset + width], q))
+        offset += width
     return out
 
 

@@ -86,7 +86,7 @@ def test_question_ids_per_group_or_per_row(make_monitor):
         mon = make_monitor()
         mon.observe_rollout(r, advantages=a, question_ids=ids)
         assert mon.end_step().violations == []
-        assert "q0" in mon._questions.history and len(mon._questions.history) == B
+        assert "q0" in mon._run.questions.history and len(mon._run.questions.history) == B
 
 
 def test_factorize_keeps_user_labels():

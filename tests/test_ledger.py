@@ -240,7 +240,7 @@ def test_history_is_capped_and_restored(make_monitor):
     first = DapoLoop(make_monitor(history_cap=4, table_every=1), p=p, G=8, B=8, gen_batch=6, seed=4)
     for _ in range(3):
         first.step()
-    assert len(first.mon._questions.history) == 4
+    assert len(first.mon._run.questions.history) == 4
     saved = first.mon.state_dict()
     resumed_mon = make_monitor(history_cap=4, table_every=1)
     resumed_mon.load_state_dict(saved)

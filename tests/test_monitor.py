@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import grpo_monitor.monitor as monitor_module
+import grpo_monitor.sync as sync_module
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro, replay
 
 REQUIRED_KEYS = (
@@ -229,8 +229,8 @@ def test_breaches_in_two_rollouts_of_one_step_name_their_own_groups(make_monitor
 def test_one_collective_per_sync(make_monitor, monkeypatch):
     """The monitor reduces its statistics in one collective per sync: per rollout + step end, or per step."""
     calls = []
-    real = monitor_module.all_reduce_fields
-    monkeypatch.setattr(monitor_module, "all_reduce_fields", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real = sync_module.all_reduce_fields
+    monkeypatch.setattr(sync_module, "all_reduce_fields", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     r = binary(4)
     for defer, expected in ((True, 1), (False, 3)):
         calls.clear()

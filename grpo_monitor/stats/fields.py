@@ -6,7 +6,7 @@ and ranks one generic elementwise step.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
@@ -51,6 +51,21 @@ class FieldLayout:
         return torch.where(
             ops == 0, stacked.sum(0), torch.where(ops == 1, stacked.amin(0), stacked.amax(0))
         )
+
+    def pack(self, values: Mapping[str, torch.Tensor | float], device: torch.device | str = "cpu") -> torch.Tensor:
+        """The float64 vector of ``values`` by name; absent slots at their identity. No host copy.
+
+        >>> FieldLayout((("n", "sum"), ("hi", "max"))).pack({"n": 3.0}).tolist()
+        [3.0, -inf]
+        """
+        unknown = set(values) - set(self.names)
+        if unknown:
+            raise KeyError(f"no slots named {sorted(unknown)} in this layout; expected names from {list(self.names)}")
+        return torch.stack([
+            torch.as_tensor(values[name], dtype=torch.float64, device=device).reshape(())
+            if name in values else torch.full((), _EMPTY[op], dtype=torch.float64, device=device)
+            for name, op in self.fields
+        ])
 
     def to_dict(self, values: Sequence[float]) -> dict[str, float]:
         """``{name: value}`` for host values in this layout."""

@@ -14,6 +14,7 @@ import torch
 
 from ..config import Tolerances
 from .conventions import CONVENTIONS, stabilizer_range
+from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
 from .segments import Segments, as_segments
 
@@ -31,6 +32,7 @@ _CONV_FIELDS = tuple((f"e_{c}_{m}", m) for c in CONVENTIONS for m in ("min", "ma
 _VIOL_FIELDS = tuple((f"viol_{i}", "sum") for i in GROUP_INVARIANTS)
 ROLLOUT_FIELDS: tuple[tuple[str, str], ...] = _BASE_FIELDS + _CONV_FIELDS + _VIOL_FIELDS
 ROLLOUT_INDEX = {name: i for i, (name, _) in enumerate(ROLLOUT_FIELDS)}
+ROLLOUT_LAYOUT = FieldLayout(ROLLOUT_FIELDS)
 
 
 @dataclasses.dataclass
@@ -69,7 +71,7 @@ def rollout_stats(
         offending.update(_advantage_offenders(s, fit, tol))
         offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
-    return _pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
+    return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
 
 
 def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
@@ -107,14 +109,3 @@ def _violation_fields(offending: dict) -> dict:
 
 def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask, values, -torch.inf).max() if values.numel() else torch.tensor(-torch.inf)
-
-
-def _pack(vals: dict, device: torch.device) -> torch.Tensor:
-    """The fields as one float64 vector on ``device``; absent ones at their identity (fills, no host copy)."""
-    empty = {"sum": 0.0, "min": torch.inf, "max": -torch.inf}
-    parts = [
-        vals[name].to(device, torch.float64).reshape(()) if name in vals
-        else torch.full((), empty[op], dtype=torch.float64, device=device)
-        for name, op in ROLLOUT_FIELDS
-    ]
-    return torch.stack(parts)

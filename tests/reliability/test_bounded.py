@@ -53,7 +53,7 @@ def test_monitor_history_and_table_are_capped():
         rewards = (torch.rand(16, 4, generator=gen) < 0.5).float()
         mon.observe_rollout(rewards, question_ids=[f"s{step}-q{i}" for i in range(16)])
         report = mon.end_step()
-        assert len(mon._questions.history) == min(16 * (step + 1), 50)
+        assert len(mon._run.questions.history) == min(16 * (step + 1), 50)
         if step % 5 == 0:
             assert len(report.tables["grpo/questions"]) == 7
-    assert not mon._state.rollouts  # the step state is reset each step
+    assert not mon._acc.rollouts  # the step state is reset each step

@@ -12,6 +12,7 @@ import torch
 
 import grpo_monitor
 import grpo_monitor.monitor as monitor_module
+import grpo_monitor.sync as sync_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.history import QuestionHistory
 from grpo_monitor.conventions import ConventionTracker
@@ -132,7 +133,7 @@ def test_internal_value_and_type_errors_are_faults_not_input_errors(error, monke
 # ------------------------------------------------------------------ end_step faults
 def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
     """end_step failing once: that step's report is empty, the counter advances, the next step reports."""
-    real = monitor_module.all_reduce_fields
+    real = sync_module.all_reduce_fields
     calls = {"n": 0}
 
     def flaky(*args, **kwargs):
@@ -141,7 +142,7 @@ def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
             raise Boom("transient")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "all_reduce_fields", flaky)
+    monkeypatch.setattr(sync_module, "all_reduce_fields", flaky)
     mon = _monitor(defer_checks=True)  # one sync per step, at end_step
     with pytest.warns(RuntimeWarning, match="internal error in end_step; this step is skipped"):
         reports = [_step(mon) for _ in range(4)]
@@ -154,7 +155,7 @@ def test_a_transient_end_step_fault_skips_one_step_only(monkeypatch, caplog):
 
 def test_a_persistent_end_step_fault_disables_it_and_steps_still_advance(monkeypatch, caplog):
     """end_step failing every time: disabled after three in a row; later steps still close and count."""
-    monkeypatch.setattr(monitor_module, "all_reduce_fields", _raise)
+    monkeypatch.setattr(sync_module, "all_reduce_fields", _raise)
     mon = _monitor(defer_checks=True)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -171,7 +172,7 @@ def test_a_persistent_end_step_fault_disables_it_and_steps_still_advance(monkeyp
 
 def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
     """Data observed before a failed end_step never leaks into the next step's metrics."""
-    real = monitor_module.all_reduce_fields
+    real = sync_module.all_reduce_fields
     fail = {"on": True}
 
     def once(*args, **kwargs):
@@ -179,7 +180,7 @@ def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
             raise Boom("once")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "all_reduce_fields", once)
+    monkeypatch.setattr(sync_module, "all_reduce_fields", once)
     mon = _monitor(defer_checks=True)
     with pytest.warns(RuntimeWarning):
         _step(mon)
@@ -190,7 +191,7 @@ def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
 @pytest.mark.parametrize("inject", [
     pytest.param(lambda mp: mp.setattr(monitor_module, "rollout_stats", _raise), id="rollout"),
     pytest.param(lambda mp: mp.setattr(monitor_module, "group_reward_stats", _raise), id="generation"),
-    pytest.param(lambda mp: mp.setattr(monitor_module, "build_report", _raise), id="end_step"),
+    pytest.param(lambda mp: mp.setattr(monitor_module, "assemble_report", _raise), id="end_step"),
 ])
 def test_strict_mode_raises_the_fault(inject, monkeypatch):
     """With strict=True (the project's own tests) the injected fault propagates unchanged."""

@@ -69,7 +69,7 @@ def test_the_scenario_exercises_every_part_of_the_state(uninterrupted):
     assert any(r.flagged_questions for r in reports[CHECKPOINT:])
     assert "finite" in [v.invariant for v in reports[3].violations]
     assert "convention" in [v.invariant for v in reports[SWITCH].violations]
-    assert len(mon._questions.history) == 20  # capped: POOL=30 questions were seen
+    assert len(mon._run.questions.history) == 20  # capped: POOL=30 questions were seen
     totals = sum(r.metrics["grpo/sampling/generated_groups"] for r in reports)
     assert reports[-1].metrics["grpo/sampling/total_generated_groups"] == totals == GROUPS * STEPS
     retained = sum(r.metrics["grpo/groups/total"] for r in reports)

@@ -200,7 +200,7 @@ def test_gradients_are_not_tracked():
     adv = ADV.clone().requires_grad_(True)
     mon = _monitor()
     mon.observe_rollout(R, advantages=adv)
-    assert all(r.advantages.grad_fn is None for r in mon._state.rollouts)
+    assert all(r.advantages.grad_fn is None for r in mon._acc.rollouts)
     assert mon.end_step().metrics["grpo/groups/total"] == 2.0
 
 

@@ -1,8 +1,9 @@
-"""What the monitor gathers during one step, before it syncs.
+"""What the monitor gathers during one step, before it syncs: the :class:`Accumulator`.
 
 Device tensors only: reducible vectors (rollout, tokens, ledger) merged call by call,
 and the per-group tensors of each rollout kept for histograms, the per-question history
-and breach descriptions. Nothing here moves data to the host.
+and breach descriptions. Nothing here moves data to the host; ``grpo_monitor.sync`` does,
+once, into a frozen :class:`~grpo_monitor.sync.SyncedStep`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 import torch
 
-from .questions import GroupArrays, split_arrays
+from .questions import GROUP_ARRAYS, GroupArrays, split_arrays
 from .stats.fields import FieldLayout
 from .stats.groups import GroupRewardStats
-from .stats.rollout import ROLLOUT_FIELDS, RolloutDetail
+from .stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
 
 #: ``generation_batches`` holds the running count of ``observe_generation`` calls in the step,
 #: reduced by max: the generation rounds, which ranks sharing one batch run together.
@@ -25,7 +26,7 @@ LEDGER_FIELDS = (
     ("generated_tokens", "sum"), ("token_batches", "sum"), ("generated_degenerate", "sum"),
     ("generated_nonbinary", "sum"),
 )
-ROLLOUT = FieldLayout(ROLLOUT_FIELDS)
+ROLLOUT = ROLLOUT_LAYOUT
 ADV_SAMPLE = 1024  # advantages sent to the sinks' histogram each step
 LEDGER = FieldLayout(LEDGER_FIELDS)
 
@@ -78,20 +79,22 @@ class HostGroups:
 
 
 @dataclasses.dataclass
-class StepState:
-    """Accumulators of one step (see module docstring)."""
+class Accumulator:
+    """One step's accumulators (see module docstring), plus what its checks found so far.
 
-    rollout_pending: torch.Tensor | None = None  # not yet synced
-    rollout_synced: torch.Tensor | None = None  # host, already checked
+    ``rollout_checked`` is the host copy of the rollout statistics already synced and
+    checked this step (an eager check per ``observe_rollout``); ``rollouts[:checked]`` are
+    their records. ``violations`` and ``convention`` are the step's findings.
+    """
+
+    rollout_pending: torch.Tensor | None = None  # device: not yet synced
+    rollout_checked: torch.Tensor | None = None  # host: synced and checked
     tokens: torch.Tensor | None = None
     ledger: torch.Tensor | None = None
     rollouts: list[RolloutRecord] = dataclasses.field(default_factory=list)
     generations: list[GenerationRecord] = dataclasses.field(default_factory=list)
     violations: list[Any] = dataclasses.field(default_factory=list)
     convention: Any = None
-    synced_ledger: torch.Tensor | None = None
-    synced_tokens: torch.Tensor | None = None
-    synced_groups: HostGroups | None = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
 
@@ -114,11 +117,12 @@ class StepState:
         record.stats = _per_group_only(record.stats)
         self.generations.append(record)
 
-    def mark_synced(self, host_vec: torch.Tensor) -> None:
-        """Fold the synced (host) rollout vector in; the pending rollouts count as checked."""
-        self.rollout_synced = _merge(ROLLOUT, self.rollout_synced, host_vec)
+    def mark_checked(self, host_vec: torch.Tensor | None, upto: int) -> None:
+        """Fold a synced (host) rollout vector in; ``rollouts[:upto]`` count as checked."""
+        if host_vec is not None:
+            self.rollout_checked = _merge(ROLLOUT, self.rollout_checked, host_vec)
         self.rollout_pending = None
-        self.checked = len(self.rollouts)
+        self.checked = upto
 
     def pending_rollouts(self) -> list[RolloutRecord]:
         """The rollouts whose statistics are pending (not yet checked)."""
@@ -127,12 +131,9 @@ class StepState:
     def group_arrays(self) -> list[torch.Tensor]:
         """Local per-group tensors needed on the host at the end of the step."""
         out = []
-        for r in self.rollouts:
-            s = r.detail.stats
-            out += [s.std, r.detail.reward_sum, s.n, s.degenerate.double()]
-        for g in self.generations:
-            s = g.stats
-            out += [s.std, g.reward_sum, s.n, s.degenerate.double()]
+        for stats, reward_sum in [(r.detail.stats, r.detail.reward_sum) for r in self.rollouts] + \
+                [(g.stats, g.reward_sum) for g in self.generations]:
+            out += [stats.std, reward_sum, stats.n, stats.degenerate.double()]  # GROUP_ARRAYS, in order
         return out + [self.advantage_sample()]
 
     def host_groups(self, flat: np.ndarray) -> HostGroups:
@@ -141,7 +142,7 @@ class StepState:
         labels = [r.questions for r in self.rollouts] + [g.questions for g in self.generations]
         records = split_arrays(flat, sizes, labels)
         cut = len(self.rollouts)
-        return HostGroups(records[:cut], records[cut:], flat[4 * sum(sizes):])
+        return HostGroups(records[:cut], records[cut:], flat[len(GROUP_ARRAYS) * sum(sizes):])
 
     def advantage_sample(self, limit: int = ADV_SAMPLE) -> torch.Tensor:
         """At most ``limit`` advantages of the step's rollouts, evenly strided, for a histogram."""

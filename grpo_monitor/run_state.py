@@ -1,0 +1,89 @@
+"""What crosses step boundaries, and the one place it changes: :meth:`RunState.update`.
+
+The per-question history, the run totals of the retry ledger, the violation counts and
+the convention lock are the monitor's only memory between steps. ``update`` folds a
+finished step in (once per step, at its end, a failing step included) and returns the
+metrics that memory yields; ``lock_convention`` is called by the rollout check. Both
+are explicit calls in :class:`~grpo_monitor.monitor.GRPOMonitor`; nothing else mutates
+this state, and :meth:`state_dict` saves all of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Hashable, Sequence
+
+from .accumulator import HostGroups
+from .config import MonitorConfig
+from .conventions import ConventionFit, ConventionTracker
+from .inputs import plain_state
+from .questions import QuestionTracker
+
+_TOTALS = ("generated_groups", "generated_responses", "retained_groups")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunUpdate:
+    """What the run state yields for one step: metrics, stuck questions, the per-question table (or None)."""
+
+    metrics: dict[str, float]
+    flagged: tuple[Hashable, ...] = ()
+    table: list[dict[str, Any]] | None = None
+
+
+class RunState:
+    """The monitor's memory between steps (see module docstring)."""
+
+    def __init__(self, config: MonitorConfig):
+        self.config = config
+        self.questions = QuestionTracker(config)
+        self.conventions = ConventionTracker(config)
+        self.totals: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+
+    def lock_convention(self, rollout: dict[str, float]) -> ConventionFit | None:
+        """Fit the conventions on a checked rollout slice and narrow the lock across steps."""
+        return self.conventions.update(rollout)
+
+    def count(self, violations: Sequence[Any]) -> None:
+        for v in violations:
+            self.counts[v.invariant] += 1
+
+    def update(self, step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
+               groups: HostGroups | None) -> RunUpdate:
+        """Fold one finished step in: ledger totals and the per-question history."""
+        metrics = self._fold_totals(rollout, ledger)
+        if groups is None or not (groups.kept or groups.generated or len(groups.adv)):
+            return RunUpdate(metrics)
+        binary = (rollout or {}).get("nonbinary", 0) == 0 and (ledger or {}).get("generated_nonbinary", 0) == 0
+        metrics.update(self.questions.update(step, groups.kept, groups.generated, binary))
+        table = None
+        if step % self.config.table_every == 0 and len(self.questions.history):
+            table = self.questions.table(self.config.table_rows)
+        return RunUpdate(metrics, tuple(self.questions.flagged()), table)
+
+    def _fold_totals(self, rollout: dict[str, float] | None, ledger: dict[str, float] | None) -> dict[str, float]:
+        if ledger is not None:
+            self.totals["generated_groups"] += ledger["generated_groups"]
+            self.totals["generated_responses"] += ledger["generated_responses"]
+        if rollout is not None:
+            self.totals["retained_groups"] += rollout["groups"]
+        if self.totals["generated_groups"] <= 0:
+            return {}
+        return {f"grpo/sampling/total_{k}": float(self.totals[k]) for k in _TOTALS}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain Python values only (numpy/torch ids converted): JSON and ``weights_only`` friendly."""
+        return plain_state({
+            "conventions": self.conventions.state_dict(),
+            "questions": self.questions.state_dict(),
+            "counts": dict(self.counts),
+            "totals": dict(self.totals),
+        })
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.conventions.load_state_dict(state["conventions"])
+        self.questions.load_state_dict(state["questions"])
+        self.counts = Counter(state.get("counts", {}))
+        self.totals = Counter(state.get("totals", {}))
