@@ -27,6 +27,7 @@ _LAZY = {
     "Violation": "violations",
     "load_repro": "repro",
     "replay": "repro",
+    "METRICS": "catalog.metrics",
 }
 
 __all__ = sorted(_LAZY)

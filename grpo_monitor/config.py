@@ -26,6 +26,10 @@ class Tolerances(BaseModel):
         1e-3, gt=0, description="max over groups of the rms residual of a = k (r - mean) + b / typical |advantage|"
     )
     degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
+    degenerate_error: float = Field(
+        0.25, gt=0, description="above this x typical |advantage|, an all-equal group's residue is an error even when "
+        "float32 rounding explains it (below it, and explained: a warning)",
+    )
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
     convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
     max_stabilizer_ratio: float = Field(

@@ -30,7 +30,7 @@ from .assemble import assemble_report, violation_metrics
 from .config import MonitorConfig
 from .distributed import rank_and_world
 from .guard import Faults, fail_open, locked
-from .invariants import HINTS, group_violations, token_violations
+from .checks import group_violations, token_violations, violation
 from .metrics import DISABLED_PARTS_KEY, user_metrics
 from .repro import save_repro
 from .report import StepReport
@@ -172,23 +172,19 @@ class GRPOMonitor:
         """The invariants of what ``synced`` holds; the rollout's convention narrows the run's lock."""
         found: list[Violation] = []
         if synced.has_rollout:
-            records = [(r.detail, r.labels) for r in synced.records]
-            found = group_violations(synced.rollout, records, self.config, self.step)
             fit = self._run.lock_convention(synced.rollout)
+            stabilizer = self.config.stabilizer if self.config.stabilizer is not None else getattr(fit, "stabilizer", None)
+            records = [(r.detail, r.labels) for r in synced.records]
+            found = group_violations(synced.rollout, records, self.config, self.step, stabilizer)
             if fit is not None:
                 self._acc.convention = fit
                 root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
                 if fit.problem and not root_caused:
-                    found.append(Violation("convention", self.step, fit.problem, self._expected_convention(), (),
-                                           HINTS["convention"]))
+                    found.append(violation("convention", self.step, fit.problem, self.config))
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step)
         return found
-
-    def _expected_convention(self) -> str:
-        c = self.config.std_convention
-        return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
         """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
@@ -206,7 +202,8 @@ class GRPOMonitor:
 
     # ---------------------------------------------------------------- policies
     def _raises(self, v: Violation) -> bool:
-        return self.config.policy_for(v.invariant) == "raise"
+        """An error-severity breach under the ``"raise"`` policy; a warning never stops the run."""
+        return v.severity == "error" and self.config.policy_for(v.invariant) == "raise"
 
     def _with_repro(self, found: list[Violation]) -> list[Violation]:
         """Breaches to raise get their repro file, or why it could not be saved (save_repro never raises)."""
@@ -217,11 +214,15 @@ class GRPOMonitor:
         return [dataclasses.replace(v, repro_path=path, repro_error=why) if self._raises(v) else v for v in found]
 
     def _record(self, found: list[Violation]) -> None:
-        """Keep the step's violations; warn once per invariant under the ``"warn"`` policy."""
+        """Keep the step's violations; warn once per invariant (``"warn"`` policy, or a warning severity)."""
         self._acc.violations.extend(found)
         self._run.count(found)
         for v in found:
-            if self.config.policy_for(v.invariant) == "warn" and self._run.counts[v.invariant] == 1:
+            policy = self.config.policy_for(v.invariant)
+            if policy == "ignore" or (policy == "raise" and v.severity == "error"):
+                continue
+            log.warning("grpo-monitor: %s", v.message())
+            if self._run.counts[v.invariant] == 1:
                 warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
 
     # ------------------------------------------------------------------ report

@@ -5,20 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-#: Every invariant the monitor checks, with the sentence a reader sees in a message.
-INVARIANTS: dict[str, str] = {
-    "finite": "advantages are finite and rewards are finite or NaN (unscorable)",
-    "unscorable_rows": "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
-    "group_size": "every group has the declared size, and no group has a single row",
-    "zero_group_mean": "advantages have zero mean inside every group with reward variation",
-    "affine_in_rewards": "inside a group with variation, advantages are an increasing affine function of rewards",
-    "degenerate_zero": "groups whose rewards are all equal carry (near-)zero advantage",
-    "convention": "one std-scaling convention and one stabilizer hold across the batch and across steps",
-    "token_constant_advantage": "with outcome rewards, a row's advantage is the same on all of its valid tokens",
-    "mask_binary": "the loss mask holds only 0 and 1",
-    "finite_logprobs": "log-probabilities are finite on valid tokens",
-    "on_policy": "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
-}
+from .catalog.invariants import INVARIANTS as _INVARIANTS
+
+#: Every invariant the monitor checks, by name (records in :mod:`grpo_monitor.catalog.invariants`).
+INVARIANTS = _INVARIANTS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +18,8 @@ class Violation:
     ``observed`` and ``expected`` are short human-readable values, ``groups`` holds the
     first offending group ids (as the user passed them), ``hint`` the likely cause, and
     ``repro_path`` the file holding the offending tensors, when one was saved, else
-    ``repro_error`` why it could not be (the breach is raised all the same).
+    ``repro_error`` why it could not be (the breach is raised all the same). ``severity``:
+    ``"error"`` or ``"warning"`` (logged, counted, alerted at WARN; never stops the run).
     """
 
     invariant: str
@@ -40,12 +31,14 @@ class Violation:
     repro_path: str | None = None
     count: int = 1
     repro_error: str | None = None
+    severity: str = "error"  # "error" stops the run under on_violation="raise"; "warning" never does
 
     def message(self) -> str:
         """The one-paragraph message shown in errors, warnings and alerts."""
         desc = INVARIANTS.get(self.invariant, self.invariant)
+        what = "broken" if self.severity == "error" else "warning"
         text = (
-            f"step {self.step}: invariant '{self.invariant}' broken ({desc}); "
+            f"step {self.step}: invariant '{self.invariant}' {what} ({desc}); "
             f"observed {self.observed}, expected {self.expected}"
         )
         if self.groups:

@@ -16,9 +16,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "wandb-workspace",
         help="create a W&B workspace with the grpo-monitor panels",
         description=(
-            "Build a saved W&B workspace with sections Groups, Advantages, KL, Sampling, "
-            "Invariants and Tokens (line plots on the grpo/step axis). Saving needs network "
-            "access and a W&B API key; --dry-run prints the layout as JSON instead."
+            "Build a saved W&B workspace with one section per section of the metric catalogue "
+            "(Groups, Advantages, KL, Sampling, Invariants, Tokens, Monitor, Integrations): a line "
+            "plot on the grpo/step axis for every catalogued scalar (docs/metrics.md) and the "
+            "per-question table. Saving needs network access and a W&B API key; --dry-run prints "
+            "the layout as JSON instead."
         ),
     )
     parser.add_argument("--entity", required=True, help="W&B entity (user or team)")

@@ -1,114 +1,60 @@
 """Dashboard layout shared by the TensorBoard and W&B sinks: which panel shows which key.
 
-Pure data and functions (no backend imports). A key's section is decided by its prefix;
-a few charts put related keys on one plot (observed vs iid-predicted degenerate rate, the
-three KL estimators); every other key gets a chart of its own.
+Pure data and functions (no backend imports), derived from the metric catalogue
+(:data:`grpo_monitor.catalog.metrics.METRICS`): the sections, their order and each key's
+section come from its entries, and keys whose entries name the same ``panel`` share one
+chart (observed vs iid-predicted degenerate rate, the three KL estimators, ...). Every
+other scalar gets a chart of its own; a key outside the catalogue (a new invariant, an
+integration's own key) is placed by its prefix.
 """
 
 from __future__ import annotations
 
 from typing import Iterable
 
-from ..violations import INVARIANTS
+from ..catalog.metrics import METRICS, SECTIONS, STEP_KEY, section_of
 
-#: The x axis of every panel: the monitor's step, logged with each report.
-STEP_KEY = "grpo/step"
+__all__ = ["COMBINED_CHARTS", "KNOWN_KEYS", "SECTIONS", "STEP_KEY", "charts", "section_of"]
 
-#: Sections in display order, with the key prefixes that belong to each.
-SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Groups", ("grpo/groups/", "grpo/reward/")),
-    ("Advantages", ("grpo/adv/",)),
-    ("KL", ("grpo/kl/", "grpo/ratio/")),
-    ("Sampling", ("grpo/sampling/",)),
-    ("Invariants", ("grpo/invariants/",)),
-    ("Tokens", ("grpo/tokens/",)),
-)
-
-_KL = tuple(f"grpo/kl/{k}_{s}" for s in ("mean", "std", "neg_frac", "max") for k in ("k1", "k2", "k3"))
-
-#: Every scalar key the monitor emits (per-invariant counts included).
-KNOWN_KEYS: tuple[str, ...] = (
-    "grpo/groups/total",
-    "grpo/groups/degenerate_rate",
-    "grpo/groups/degenerate_rate_iid",
-    "grpo/groups/effective_prompts",
-    "grpo/groups/overdispersion",
-    "grpo/reward/mean",
-    "grpo/reward/question_std_mean",
-    "grpo/adv/group_mean_abs_max",
-    "grpo/adv/live_std_mean",
-    "grpo/adv/degenerate_abs_max",
-    "grpo/adv/convention_scale",
-    "grpo/adv/stabilizer",
-    *_KL,
-    "grpo/ratio/mean",
-    "grpo/ratio/log_abs_max",
-    "grpo/ratio/clip_frac",
-    "grpo/sampling/generation_batches",
-    "grpo/sampling/generated_groups",
-    "grpo/sampling/retained_groups",
-    "grpo/sampling/discarded_groups",
-    "grpo/sampling/retention_rate",
-    "grpo/sampling/responses_per_retained_group",
-    "grpo/tokens/live_fraction",
-    "grpo/tokens/response_length_mean",
-    "grpo/tokens/valid",
-    "grpo/invariants/violations",
-    *(f"grpo/invariants/{name}" for name in INVARIANTS),
-)
-
-#: Charts that plot several keys together: (section, title, keys).
-COMBINED_CHARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    (
-        "Groups",
-        "degenerate rate: observed vs iid-predicted",
-        ("grpo/groups/degenerate_rate", "grpo/groups/degenerate_rate_iid"),
-    ),
-    *(("KL", f"KL estimators: {s}", tuple(f"grpo/kl/{k}_{s}" for k in ("k1", "k2", "k3")))
-      for s in ("mean", "std", "neg_frac", "max")),
-    (
-        "Sampling",
-        "groups: generated / retained / discarded",
-        tuple(f"grpo/sampling/{k}_groups" for k in ("generated", "retained", "discarded")),
-    ),
-    (
-        "Invariants",
-        "violations per invariant",
-        tuple(f"grpo/invariants/{name}" for name in INVARIANTS),
-    ),
-)
+#: Every scalar key the monitor emits (per-invariant counts included), in display order.
+KNOWN_KEYS: tuple[str, ...] = tuple(key for key, m in METRICS.items() if m.kind == "scalar")
 
 
-def section_of(key: str) -> str | None:
-    """The section a key belongs to, by prefix; None for keys outside every section.
+def _combined() -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    panels: dict[tuple[str, str], list[str]] = {}
+    for key in KNOWN_KEYS:
+        m = METRICS[key]
+        if m.panel is not None:
+            panels.setdefault((m.section, m.panel), []).append(key)
+    return tuple((section, title, tuple(keys)) for (section, title), keys in panels.items())
 
-    >>> section_of("grpo/ratio/clip_frac")
-    'KL'
-    """
-    for section, prefixes in SECTIONS:
-        if key.startswith(prefixes):
-            return section
-    return None
+
+#: Charts that plot several keys together: (section, title, keys), from the entries' ``panel``.
+COMBINED_CHARTS: tuple[tuple[str, str, tuple[str, ...]], ...] = _combined()
+_PANEL_OF = {key: (section, title) for section, title, keys in COMBINED_CHARTS for key in keys}
 
 
 def charts(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, list[tuple[str, list[str]]]]:
     """Section -> [(chart title, keys)] for ``keys``, sections in display order.
 
-    Combined charts keep the keys of theirs that are in ``keys``; every other sectioned
-    key gets a chart titled by the key itself. Empty sections are left out.
+    A combined chart holds those of its keys that are in ``keys`` and sits where its first
+    one comes; every other sectioned key gets a chart titled by the key itself, in the
+    order of ``keys``. Keys outside every section and empty sections are left out.
 
     >>> charts(["grpo/groups/degenerate_rate", "grpo/adv/stabilizer"])["Advantages"]
     [('grpo/adv/stabilizer', ['grpo/adv/stabilizer'])]
+    >>> charts(["grpo/groups/degenerate_rate_iid", "grpo/groups/degenerate_rate"])["Groups"]
+    [('degenerate rate: observed vs iid-predicted', ['grpo/groups/degenerate_rate', 'grpo/groups/degenerate_rate_iid'])]
     """
-    wanted = [k for k in dict.fromkeys(keys) if section_of(k) is not None]
-    out: dict[str, list[tuple[str, list[str]]]] = {name: [] for name, _ in SECTIONS}
-    covered: set[str] = set()
-    for section, title, members in COMBINED_CHARTS:
-        present = [k for k in members if k in wanted]
-        if present:
-            out[section].append((title, present))
-            covered.update(present)
+    wanted = {k: None for k in keys if section_of(k) is not None}
+    out: dict[str, dict[str, list[str]]] = {name: {} for name, _ in SECTIONS}
     for key in wanted:
-        if key not in covered:
-            out[section_of(key)].append((key, [key]))
-    return {name: panels for name, panels in out.items() if panels}
+        section, title = _PANEL_OF.get(key, (section_of(key), key))
+        out[section].setdefault(title, [])
+    for section, title, members in COMBINED_CHARTS:
+        if title in out[section]:
+            out[section][title] = [k for k in members if k in wanted]
+    for key in wanted:
+        if key not in _PANEL_OF:
+            out[section_of(key)][key] = [key]
+    return {name: list(panels.items()) for name, panels in out.items() if panels}

@@ -17,9 +17,10 @@ VIOLATIONS_TAG = "grpo/violations"
 
 
 def custom_scalars_layout(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, dict[str, list]]:
-    """The ``SummaryWriter.add_custom_scalars`` layout for ``keys``.
+    """The ``SummaryWriter.add_custom_scalars`` layout for ``keys`` (default: every catalogued scalar).
 
-    Sections (Groups, Advantages, KL, Sampling, Invariants, Tokens) map chart titles to
+    Sections (Groups, Advantages, KL, Sampling, Invariants, Tokens, Monitor, Integrations;
+    see :func:`grpo_monitor.sinks.layout.charts`) map chart titles to
     ``["Multiline", tags]``; tags are anchored regexes, since TensorBoard treats them as
     patterns and ``grpo/groups/degenerate_rate`` would otherwise also match ``..._iid``.
 
@@ -106,9 +107,9 @@ class TensorBoardSink(Sink):
             self._writer = None
 
 
+_KNOWN_ORDER = {key: i for i, key in enumerate(KNOWN_KEYS)}
+
+
 def _known_first(key: str) -> tuple[int, str]:
-    """Sort key: the known keys in their documented order, then others alphabetically."""
-    try:
-        return (KNOWN_KEYS.index(key), "")
-    except ValueError:
-        return (len(KNOWN_KEYS), key)
+    """Sort key: the catalogued keys in their display order, then others alphabetically."""
+    return (_KNOWN_ORDER[key], "") if key in _KNOWN_ORDER else (len(KNOWN_KEYS), key)

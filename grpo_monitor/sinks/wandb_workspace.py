@@ -1,9 +1,11 @@
 """A saved W&B workspace for grpo-monitor runs, built as data (saving is the CLI's job).
 
-Sections Groups, Advantages, KL, Sampling, Invariants and Tokens hold line plots with
-``grpo/step`` on the x axis, one per key or per group of related keys (the layout of
-:mod:`grpo_monitor.sinks.layout`, shared with TensorBoard): e.g. the observed degenerate
-rate beside its iid prediction, and the three KL estimators together.
+One section per section of the metric catalogue (Groups, Advantages, KL, Sampling,
+Invariants, Tokens, Monitor, Integrations), holding line plots with ``grpo/step`` on the x
+axis: one per catalogued scalar, or per group of related ones (the layout of
+:mod:`grpo_monitor.sinks.layout`, shared with TensorBoard), e.g. the observed degenerate
+rate beside its iid prediction and the three KL estimators together; catalogued tables
+(the per-question ``grpo/questions``) get a table panel in their section.
 """
 
 from __future__ import annotations
@@ -11,10 +13,20 @@ from __future__ import annotations
 import importlib.util
 from typing import Any
 
+from ..catalog.metrics import METRICS
 from .layout import KNOWN_KEYS, STEP_KEY, charts
 
 #: The per-question table the W&B sink logs; shown in the Groups section.
 QUESTIONS_TABLE = "grpo/questions"
+
+
+def _tables_by_section() -> dict[str, tuple[str, ...]]:
+    sections = dict.fromkeys(m.section for m in METRICS.values() if m.kind == "table")
+    return {s: tuple(k for k, m in METRICS.items() if m.kind == "table" and m.section == s) for s in sections}
+
+
+#: Section -> the catalogued tables shown in it, each as a table panel.
+TABLES: dict[str, tuple[str, ...]] = _tables_by_section()
 
 
 def _require_workspaces() -> None:
@@ -40,8 +52,7 @@ def build_workspace(entity: str, project: str, name: str = "grpo-monitor"):
     sections = []
     for section, panels in charts(KNOWN_KEYS).items():
         plots: list[Any] = [wr.LinePlot(title=title, x=STEP_KEY, y=list(keys)) for title, keys in panels]
-        if section == "Groups":
-            plots.append(wr.WeavePanelSummaryTable(table_name=QUESTIONS_TABLE))
+        plots += [wr.WeavePanelSummaryTable(table_name=table) for table in TABLES.get(section, ())]
         sections.append(ws.Section(name=section, panels=plots, is_open=True))
     return ws.Workspace(
         entity=entity,

@@ -12,14 +12,13 @@ import dataclasses
 
 import torch
 
+from ..catalog.invariants import GROUP_INVARIANTS
 from ..config import Tolerances
 from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
 from .segments import Segments, as_segments
 
-#: Invariants checked group by group on the rollout.
-GROUP_INVARIANTS = ("finite", "unscorable_rows", "group_size", "zero_group_mean", "affine_in_rewards", "degenerate_zero")
 
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),

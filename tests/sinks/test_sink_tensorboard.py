@@ -11,11 +11,12 @@ pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.plugins.custom_scalar import layout_pb2  # noqa: E402
 
+from grpo_monitor.catalog.metrics import METRICS  # noqa: E402
 from grpo_monitor.sinks import TensorBoardSink  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.tensorboard_sink import custom_scalars_layout  # noqa: E402
 
-SECTIONS = ["Groups", "Advantages", "KL", "Sampling", "Invariants", "Tokens"]
+SECTIONS = ["Groups", "Advantages", "KL", "Sampling", "Invariants", "Tokens", "Monitor", "Integrations"]
 _KEEP_ALL = {k: 0 for k in ("compressedHistograms", "images", "audio", "scalars", "histograms", "tensors")}
 
 
@@ -81,17 +82,17 @@ def test_violations_are_written_as_text(tmp_path, make_report, make_violation):
     assert "zero_group_mean" in text and "step 1" in text and "stopped by a breach" in text
 
 
-def test_custom_scalars_layout_groups_keys_by_prefix(tmp_path, make_report):
-    """The layout has the six sections; each chart holds keys of its section's prefixes."""
+def test_custom_scalars_layout_charts_every_catalogued_scalar(tmp_path, make_report):
+    """The layout has the catalogue's sections; each chart holds keys of its section, every scalar once."""
     layout = _layout(_write(tmp_path, [make_report(0)]))
     assert [c.title for c in layout.category] == SECTIONS
-    charted = set()
+    charted = []
     for category in layout.category:
         for chart in category.chart:
             keys = [tag.strip("^$").replace("\\", "") for tag in chart.multiline.tag]
-            assert {section_of(k) for k in keys} == {category.title}, chart.title
-            charted.update(keys)
-    assert charted == set(KNOWN_KEYS)
+            assert {section_of(k) for k in keys} == {METRICS[k].section for k in keys} == {category.title}, chart.title
+            charted.extend(keys)
+    assert sorted(charted) == sorted(k for k, m in METRICS.items() if m.kind == "scalar") == sorted(KNOWN_KEYS)
     groups = {c.title: list(c.multiline.tag) for c in layout.category[0].chart}
     assert groups["degenerate rate: observed vs iid-predicted"] == [
         "^grpo/groups/degenerate_rate$", "^grpo/groups/degenerate_rate_iid$"]
@@ -104,6 +105,15 @@ def test_layout_is_rewritten_when_a_new_key_appears(tmp_path, make_report):
     layout = _layout(_write(tmp_path, [make_report(0), later]))
     invariants = next(c for c in layout.category if c.title == "Invariants")
     assert any("^grpo/invariants/brand_new$" in c.multiline.tag for c in invariants.chart)
+
+
+def test_layout_of_a_subset_keeps_combined_charts_and_the_catalogue_order():
+    """A combined chart keeps the keys present; an integration's own key goes to Integrations."""
+    layout = custom_scalars_layout(["grpo/trl/frac_reward_zero_std", "grpo/kl/k3_mean", "grpo/kl/k1_mean"])
+    assert layout == {
+        "KL": {"KL estimators: mean": ["Multiline", ["^grpo/kl/k1_mean$", "^grpo/kl/k3_mean$"]]},
+        "Integrations": {"grpo/trl/frac_reward_zero_std": ["Multiline", ["^grpo/trl/frac_reward_zero_std$"]]},
+    }
 
 
 def test_layout_function_anchors_tags():

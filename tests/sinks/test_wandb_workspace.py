@@ -8,11 +8,12 @@ import pytest
 
 pytest.importorskip("wandb_workspaces")
 
+from grpo_monitor.catalog.metrics import METRICS  # noqa: E402
 from grpo_monitor.cli import build_parser, main  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.wandb_workspace import build_workspace, describe_workspace  # noqa: E402
 
-SECTIONS = ["Groups", "Advantages", "KL", "Sampling", "Invariants", "Tokens"]
+SECTIONS = ["Groups", "Advantages", "KL", "Sampling", "Invariants", "Tokens", "Monitor", "Integrations"]
 
 
 def _line_plots(workspace):
@@ -28,20 +29,32 @@ def test_sections_and_step_axis():
     assert all(p.x == "grpo/step" for _, p in _line_plots(workspace))
 
 
-def test_every_key_is_plotted_in_its_section():
-    """Each known key appears in a line plot of the section its prefix names."""
-    plotted = {}
+def test_every_catalogued_scalar_is_plotted_once_in_its_section():
+    """Each scalar of METRICS appears in exactly one line plot, in its catalogued section."""
+    plotted = []
     for section, panel in _line_plots(build_workspace("e", "p")):
         for key in panel.y:
-            assert section_of(key) == section, key
-            plotted[key] = section
-    assert set(plotted) == set(KNOWN_KEYS)
+            assert METRICS[key].section == section_of(key) == section, key
+            plotted.append(key)
+    scalars = [k for k, m in METRICS.items() if m.kind == "scalar"]
+    assert sorted(plotted) == sorted(scalars) and set(KNOWN_KEYS) == set(scalars)
 
 
-def test_degenerate_rate_beside_its_iid_prediction():
-    """One panel plots the observed degenerate rate with the iid-predicted one."""
-    panels = [p for _, p in _line_plots(build_workspace("e", "p"))]
-    assert any(list(p.y) == ["grpo/groups/degenerate_rate", "grpo/groups/degenerate_rate_iid"] for p in panels)
+@pytest.mark.parametrize("key", ["grpo/adv/mean", "grpo/adv/std", "grpo/adv/convention_id",
+                                 "grpo/kl/user_mean", "grpo/sampling/degenerate_rate_iid",
+                                 "grpo/sampling/total_generated_groups", "grpo/monitor/disabled_parts",
+                                 "grpo/trl/frac_reward_zero_std_gap"])
+def test_keys_missing_from_the_0_1_layout_have_panels(key):
+    """Keys the monitor emitted without a dashboard panel in 0.1 now have one."""
+    assert any(key in panel.y for _, panel in _line_plots(build_workspace("e", "p")))
+
+
+def test_related_keys_share_a_panel():
+    """Observed degenerate rates beside their iid predictions; the three KL estimators together."""
+    panels = [list(p.y) for _, p in _line_plots(build_workspace("e", "p"))]
+    assert ["grpo/groups/degenerate_rate", "grpo/groups/degenerate_rate_iid"] in panels
+    assert ["grpo/sampling/generated_degenerate_rate", "grpo/sampling/degenerate_rate_iid"] in panels
+    assert ["grpo/kl/k1_max", "grpo/kl/k2_max", "grpo/kl/k3_max"] in panels
 
 
 def test_question_table_panel_and_the_layout_validates():
@@ -49,6 +62,9 @@ def test_question_table_panel_and_the_layout_validates():
     workspace = build_workspace("e", "p")
     groups = describe_workspace(workspace)["sections"][0]
     assert {"type": "WeavePanelSummaryTable", "table_name": "grpo/questions"} in groups["panels"]
+    panels = [p for s in describe_workspace(workspace)["sections"] for p in s["panels"]]
+    tables = [p["table_name"] for p in panels if "table_name" in p]
+    assert tables == [k for k, m in METRICS.items() if m.kind == "table"]
     assert workspace._to_model().spec is not None  # what save() would send, minus the network
 
 

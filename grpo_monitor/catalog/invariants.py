@@ -1,0 +1,120 @@
+"""INVARIANTS: one record per invariant, the only place an invariant is described.
+
+Each :class:`Invariant` holds the one-line statement a reader sees in every message, the
+likely cause (hint), the tolerance field of :class:`~grpo_monitor.config.Tolerances` it is
+measured with, its default severity, and the expected value a breach message shows,
+derived from the config. Breach messages, the README's invariants table (``docs/invariants.md``,
+generated), the dashboards' per-invariant panels and ``MonitorConfig.policies`` all read it.
+
+Severity: an ``"error"`` stops the run under ``on_violation="raise"``; a ``"warning"`` is
+logged, counted (``grpo/invariants/<name>``) and alerted at WARN level, and never stops
+the run. An invariant's severity can be lowered for one breach by the rule that judges it
+(see :data:`RESIDUE_RULE`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Callable, Literal
+
+if TYPE_CHECKING:
+    from ..config import MonitorConfig
+
+Severity = Literal["error", "warning"]
+Side = Literal["rollout", "tokens", "steps"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Invariant:
+    """One invariant: what must hold, why it usually breaks, and how it is measured.
+
+    ``str(invariant)`` is its statement, so ``f"{INVARIANTS[name]}"`` reads as a sentence.
+    """
+
+    name: str
+    statement: str
+    hint: str
+    side: Side
+    tolerance: str | None  # field of Tolerances, or None when the check is exact
+    severity: Severity
+    expected: Callable[[MonitorConfig], str]
+
+    def __str__(self) -> str:
+        return self.statement
+
+
+def _tol(field: str, text: str) -> Callable[[MonitorConfig], str]:
+    return lambda cfg: text.format(getattr(cfg.tolerances, field))
+
+
+def _group_size(cfg: MonitorConfig) -> str:
+    return f"{cfg.group_size} rows per group" if cfg.group_size else ">= 2 rows per group"
+
+
+def _convention(cfg: MonitorConfig) -> str:
+    c = cfg.std_convention
+    return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
+
+
+_RECORDS = (
+    Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
+              "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
+              "rollout", None, "error", lambda cfg: "finite advantages and finite-or-NaN rewards"),
+    Invariant("unscorable_rows", "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
+              "unscorable (None/NaN) rewards were counted as 0 in the baseline or given a nonzero advantage",
+              "rollout", "unscorable", "error", _tol("unscorable", "|advantage| <= {:g} x typical on NaN-reward rows")),
+    Invariant("group_size", "every group has the declared size, and no group has a single row",
+              "rows grouped with the wrong group size, or a contiguous view(-1, G) over interleaved rows",
+              "rollout", None, "error", _group_size),
+    Invariant("zero_group_mean", "advantages have zero mean inside every group with reward variation",
+              "statistics taken over the wrong axis (e.g. the prompt axis), unscorable rows counted in the "
+              "mean, or per-row denominators (e.g. a leave-one-out std)",
+              "rollout", "zero_group_mean", "error",
+              _tol("zero_group_mean", "|group mean| <= {:g} x typical |advantage|")),
+    Invariant("affine_in_rewards", "inside a group with variation, advantages are an increasing affine function of rewards",
+              "rows misaligned after a shuffle, wrong grouping, a sign flip, or per-row denominators",
+              "rollout", "affine_residual", "error",
+              _tol("affine_residual", "a = k (r - mean) with k > 0, rms residual <= {:g} x typical |advantage|")),
+    Invariant("degenerate_zero", "groups whose rewards are all equal carry (near-)zero advantage",
+              "float32 rounding of a constant group's std with a tiny stabilizer, or an epsilon used as a floor",
+              "rollout", "degenerate_ratio", "error",
+              _tol("degenerate_ratio", "|advantage| <= {:g} x typical |advantage| in all-equal groups")),
+    Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
+              "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
+              "or a stabilizer that changes", "steps", "convention", "error", _convention),
+    Invariant("token_constant_advantage", "with outcome rewards, a row's advantage is the same on all of its valid tokens",
+              "advantages misaligned with tokens, or per-token advantages with outcome_rewards=True",
+              "tokens", "token_constant", "error", _tol("token_constant", "<= {:g} x typical |advantage|")),
+    Invariant("mask_binary", "the loss mask holds only 0 and 1", "a mask that holds weights or garbage instead of 0/1",
+              "tokens", None, "error", lambda cfg: "mask in {0, 1}"),
+    Invariant("finite_logprobs", "log-probabilities are finite on valid tokens",
+              "-inf log-probabilities from masked logits leaking onto valid tokens",
+              "tokens", None, "error", lambda cfg: "finite log-probs on mask==1"),
+    Invariant("on_policy", "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
+              "the sampler (e.g. vLLM) and the trainer compute different log-probabilities for the same tokens",
+              "tokens", "on_policy", "error", _tol("on_policy", "<= {:g} nats")),
+)
+
+#: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).
+INVARIANTS: dict[str, Invariant] = {inv.name: inv for inv in _RECORDS}
+
+#: Invariants checked group by group on the rollout, in check order.
+GROUP_INVARIANTS: tuple[str, ...] = tuple(i.name for i in _RECORDS if i.side == "rollout")
+
+#: When a ``degenerate_zero`` breach is only a warning (float32 residue the estimator's own
+#: arithmetic explains) and when it stays an error (the constant group acts like a real signal).
+RESIDUE_RULE = (
+    "A constant group's |advantage| above `degenerate_ratio` x typical is a *warning* when it is at most "
+    "`degenerate_error` x typical (default 0.25) and the estimator's arithmetic explains it: float32 rewards, "
+    "|advantage| <= 4 G ulp32(|reward|) / stabilizer (the rounding of a float32 mean of G equal values, "
+    "divided by the std + stabilizer). Anything larger makes the constant group weigh like a real one "
+    "and is an *error* (e.g. eps 1e-9: +-59.6 on eight rewards of 0.7, 70x the typical |advantage|)."
+)
+
+
+def invariant(name: str) -> Invariant:
+    """The record of ``name``, with a worded error listing the known names."""
+    try:
+        return INVARIANTS[name]
+    except KeyError:
+        raise KeyError(f"unknown invariant {name!r}; expected one of {sorted(INVARIANTS)}") from None

@@ -1,0 +1,136 @@
+"""Checks: from what a step synced to :class:`Violation` records. Pure functions, host side.
+
+The per-step path only moves counts; the observed values and the first offending group
+ids are read from the rollout's per-group tensors when a count is nonzero (the breach
+path). Statements, hints, expected values and default severities come from
+:data:`~grpo_monitor.catalog.invariants.INVARIANTS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Hashable, Sequence
+
+import torch
+
+from .catalog.invariants import GROUP_INVARIANTS, INVARIANTS
+from .config import MonitorConfig
+from .stats.rollout import RolloutDetail
+from .violations import Violation
+
+_MAX_GROUPS = 5
+_RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
+
+
+def violation(name: str, step: int, observed: str, config: MonitorConfig, groups: tuple = (), **kw) -> Violation:
+    """A :class:`Violation` of ``name`` with its registry hint, expected value and default severity."""
+    inv = INVARIANTS[name]
+    kw.setdefault("severity", inv.severity)
+    return Violation(name, step, observed, inv.expected(config), groups, inv.hint, **kw)
+
+
+def group_violations(
+    counts: dict[str, float],
+    records: Sequence[tuple[RolloutDetail, Sequence[Hashable]]],
+    config: MonitorConfig,
+    step: int,
+    stabilizer: float | None = None,
+) -> list[Violation]:
+    """One record per group invariant whose breach count is positive.
+
+    ``records`` are the (per-group detail, group labels) of the rollouts the counts cover;
+    each invariant is described from the first of them holding an offending group (none:
+    the offenders are on another rank). ``stabilizer`` (declared or fitted) lets a
+    ``degenerate_zero`` breach that float32 rounding explains be a warning (``RESIDUE_RULE``).
+    """
+    out = []
+    for name in GROUP_INVARIANTS:
+        n = int(counts.get(f"viol_{name}", 0))
+        if n <= 0:
+            continue
+        found = next(((d, lab) for d, lab in records if name in d.offending and bool(d.offending[name].any())), None)
+        if found is None:
+            out.append(violation(name, step, f"{n} offending groups on another rank", config, count=n))
+            continue
+        observed, groups = _describe(name, found[0], found[1], counts)
+        v = violation(name, step, observed, config, groups, count=n)
+        if name == "degenerate_zero":
+            v = _residue_severity(v, found[0], counts.get("typ_abs_adv", 1.0), stabilizer, config)
+        out.append(v)
+    return out
+
+
+def _describe(name: str, d: RolloutDetail, labels: Sequence[Hashable], counts: dict) -> tuple[str, tuple]:
+    mask = d.offending[name]
+    idx = torch.nonzero(mask).flatten()[:_MAX_GROUPS].tolist()
+    groups = tuple(labels[i] for i in idx)
+    typ = counts.get("typ_abs_adv", 1.0)
+    f = d.fit
+    if name == "group_size":
+        sizes = sorted({int(x) for x in d.stats.rows[mask].tolist()})
+        return f"{int(mask.sum())} groups with sizes {sizes[:10]}", groups
+    if name == "finite":
+        bad_rewards = int((d.stats.nonfinite & mask).sum())
+        bad_adv = int((f.nonfinite & mask).sum()) if f is not None else 0
+        return (f"{int(mask.sum())} groups with non-finite values ({bad_rewards} with an infinite reward, "
+                f"{bad_adv} with a NaN or infinite advantage)"), groups
+    values, what = {
+        "unscorable_rows": (f.unscorable_abs_max, "max |advantage| on NaN-reward rows"),
+        "zero_group_mean": (f.intercept.abs(), "max |group mean of advantages|"),
+        "degenerate_zero": (f.abs_max, "max |advantage| in an all-equal group"),
+        "affine_in_rewards": (f.resid_rms, "max rms residual of a = k (r - mean) + b"),
+    }[name]
+    worst = float(values[mask].max())
+    text = f"{what} {worst:.4g} ({worst / typ:.3g} x typical |advantage| {typ:.4g})"
+    if name == "affine_in_rewards":
+        text += f"; min slope k_g {float(f.slope[mask].min()):.4g}"
+    return text, groups
+
+
+def residue_bound(mean_abs: torch.Tensor, n: torch.Tensor, stabilizer: float) -> torch.Tensor:
+    """The largest |advantage| float32 rounding gives a constant group: 4 n ulp32(|r|) / stabilizer.
+
+    >>> round(float(residue_bound(torch.tensor([87.3]), torch.tensor([8.0]), 1e-4)[0]), 3)
+    2.441
+    """
+    exponent = torch.floor(torch.log2(mean_abs.clamp(min=2.0 ** -126)))
+    ulp = torch.pow(2.0, exponent - 23)
+    return _RESIDUE_ULPS * n * ulp / stabilizer
+
+
+def _residue_severity(v: Violation, d: RolloutDetail, typ: float, stabilizer: float | None,
+                      config: MonitorConfig) -> Violation:
+    """``degenerate_zero`` as a warning when float32 rounding explains every offending group and none
+    weighs more than ``tolerances.degenerate_error`` of a real group (see ``RESIDUE_RULE``)."""
+    mask = d.offending["degenerate_zero"]
+    worst = float(d.fit.abs_max[mask].max())
+    if not stabilizer or not math.isfinite(worst) or worst > config.tolerances.degenerate_error * typ:
+        return v
+    bound = residue_bound(d.stats.mean[mask].abs(), d.stats.n[mask], stabilizer)
+    if not bool((d.fit.abs_max[mask] <= bound).all()):
+        return v
+    cause = (f"float32 residue: a constant group's mean is off by a few ulp (ulp32 of |reward| "
+             f"{float(d.stats.mean[mask].abs().max()):.4g} is {float(bound.max()) * stabilizer / (_RESIDUE_ULPS * float(d.stats.n[mask].max())):.3g}), "
+             f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x typical |advantage|")
+    return dataclasses.replace(v, severity="warning", hint=cause)
+
+
+def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+    """Token-side invariants from the reduced token statistics of the step."""
+    tol, out = config.tolerances, []
+    if v.get("mask_nonbinary", 0) > 0:
+        n = int(v["mask_nonbinary"])
+        out.append(violation("mask_binary", step, f"{n} mask entries not 0/1", config, count=n))
+    if v.get("logprob_nonfinite", 0) > 0:
+        n = int(v["logprob_nonfinite"])
+        out.append(violation("finite_logprobs", step, f"{n} non-finite log-probs on valid tokens", config, count=n))
+    typ = v["adv_abs_sum"] / v["adv_tokens"] if v.get("adv_tokens", 0) > 0 else 1.0
+    spread = v.get("adv_row_spread_max", float("-inf"))
+    if config.outcome_rewards and spread > tol.token_constant * max(typ, 1e-12):
+        out.append(violation("token_constant_advantage", step,
+                             f"max within-row spread {spread:.4g} (typical |adv| {typ:.4g})", config))
+    gap = v.get("on_policy_absdiff_max", float("-inf"))
+    if config.expect_on_policy and gap > tol.on_policy:
+        out.append(violation("on_policy", step, f"max |logprobs - old_logprobs| = {gap:.4g} nats", config))
+    return out
