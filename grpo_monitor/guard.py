@@ -12,11 +12,14 @@ as one alert through every sink.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import torch
 
 from .inputs import InputError
 from .violations import InvariantViolation
@@ -50,6 +53,15 @@ def ensure_open(monitor: GRPOMonitor, call: str) -> None:
     )
 
 
+def _lock_unless_tracing(monitor: GRPOMonitor) -> Any:
+    """The monitor's lock; none while Dynamo traces a compiled caller (it cannot trace an RLock).
+
+    Inside a ``torch.compile``d step the observe call's state updates are replayed after
+    the graph runs, in the calling thread.
+    """
+    return contextlib.nullcontext() if torch.compiler.is_compiling() else monitor._lock
+
+
 def locked(fn: F) -> F:
     """Run ``fn`` under the monitor's lock, after the closed check."""
 
@@ -72,7 +84,7 @@ def fail_open(part: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         @functools.wraps(fn)
         def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
-            with self._lock:
+            with _lock_unless_tracing(self):
                 ensure_open(self, fn.__name__)
                 if part in self._guard.disabled:
                     return self._skip(part, *args, **kwargs)

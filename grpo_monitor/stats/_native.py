@@ -12,6 +12,18 @@ Anything short of a working kernel (no AVX2, no compiler, a failed build or load
 it does not take) returns ``None`` and the caller uses the compiled or eager path; a failed
 build or load warns once. ``GRPO_MONITOR_NATIVE=0`` (or ``GRPO_MONITOR_COMPILE=0``)
 turns it off; ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
+
+Loading a shared library runs its code, so the cache is trusted only when it is private
+(``grpo_monitor.private_files``): the folder and the library must be owned by the current
+user and writable by nobody else. The preferred cache is ``$GRPO_MONITOR_CACHE_DIR`` or
+``~/.cache/grpo_monitor``; where that cannot be created (``HOME=/`` under ``docker --user``)
+it is ``<tmp>/grpo_monitor-<uid>``, a name anyone can predict and pre-create. A folder that
+fails the check is never read: the kernel is built in a fresh private folder instead, with
+one warning naming the unsafe path; a library that fails it is rebuilt over.
+
+Inside a caller's ``torch.compile`` the kernel is reached only through the custom op of
+``tokens`` (Dynamo must not trace a ``ctypes`` call), so everything read while tracing
+(``enabled``, ``accepts``) is plain Python on cached values.
 """
 
 from __future__ import annotations
@@ -28,17 +40,20 @@ from typing import Sequence
 
 import torch
 
+from ..private_files import UnsafePathError, check_private, private_dir, user_private_dir
+
 SOURCE = Path(__file__).with_name("_token_native.c")
 FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 _MASK_KINDS = {torch.float32: 0, torch.bool: 1, torch.uint8: 1, torch.int32: 2, torch.int64: 3}
 _STATE: dict[str, object] = {"lib": None, "broken": False}
+_CPU = torch.backends.cpu.get_cpu_capability()  # read once: not traceable by Dynamo, fixed for the process
 
 
 def enabled() -> bool:
     """Whether the native path may be tried in this process (env switches, CPU, no earlier failure)."""
     if _STATE["broken"] or "0" in (os.environ.get("GRPO_MONITOR_NATIVE"), os.environ.get("GRPO_MONITOR_COMPILE")):
         return False
-    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    return _CPU in ("AVX2", "AVX512")
 
 
 def accepts(mask: torch.Tensor, tensors: Sequence[torch.Tensor | None]) -> bool:
@@ -96,41 +111,69 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grpo_monitor"
 
 
-def _build() -> Path:
-    """The shared library for this source, compiler and flags, compiled unless cached.
+def library_name() -> str:
+    """File name of the library for this source, compiler and flags (its cache key)."""
+    key = SOURCE.read_bytes() + compiler().encode() + " ".join(FLAGS).encode()
+    return f"token_native-{hashlib.sha256(key).hexdigest()[:16]}.so"
 
-    The build writes a temporary file and renames it into place, so concurrent processes
-    (the ranks of one job) never load a half-written library.
+
+def _build() -> Path:
+    """The shared library for this source, compiler and flags, compiled unless privately cached.
+
+    The build writes a private temporary file and renames it into place, so concurrent
+    processes (the ranks of one job) never load a half-written library; the rename replaces
+    whatever held the name (a symlink itself, never its target).
     """
-    cc = compiler()
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + cc.encode() + " ".join(FLAGS).encode()).hexdigest()[:16]
-    folder = _writable(cache_dir()) or _writable(Path(tempfile.gettempdir()) / f"grpo_monitor-{os.getuid()}")
-    if folder is None:
-        raise RuntimeError(f"neither {cache_dir()} nor the temporary directory is writable")
-    target = folder / f"token_native-{key}.so"
-    if target.exists():
-        return target
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=folder)
+    folder, problems = _cache_folder()
+    target = folder / library_name()
+    cached = os.path.lexists(target)
+    if cached:
+        try:
+            check_private(target, kind="file")
+        except UnsafePathError as exc:
+            problems.append(str(exc))
+            cached = False
+    if problems:
+        warnings.warn(f"grpo-monitor: not loading the native token kernel from an unsafe cache ({'; '.join(problems)}); "
+                      f"building it in {folder} instead", RuntimeWarning, stacklevel=5)
+    return target if cached else _compile_into(target)
+
+
+def _compile_into(target: Path) -> Path:
+    """Compile the kernel to a private temporary file in ``target``'s folder, then rename it to ``target``."""
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)  # 0600, in a folder only we can write
     os.close(fd)
     try:
+        cc = compiler()
         res = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)
         if res.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {res.stderr.strip()[-500:]}")
+        os.chmod(tmp, 0o700)  # the linker may recreate the file with the umask's group bits
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return target
+    return check_private(target, kind="file")
 
 
-def _writable(folder: Path) -> Path | None:
-    """``folder``, created if needed, when this process can write into it; else ``None``."""
+def _cache_folder() -> tuple[Path, list[str]]:
+    """A private folder for the library and why preferred ones were refused.
+
+    ``cache_dir()`` if it can be created and is private; else ``<tmp>/grpo_monitor-<uid>``
+    if private; else a fresh ``mkdtemp`` folder. A folder we cannot create is skipped
+    silently; one that exists but is not private is reported.
+    """
+    problems: list[str] = []
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        return private_dir(cache_dir()), problems
+    except UnsafePathError as exc:
+        problems.append(str(exc))
     except OSError:
-        return None
-    return folder if os.access(folder, os.W_OK | os.X_OK) else None
+        pass  # not creatable (read-only or foreign HOME): the temporary folder is the usual place then
+    folder, why = user_private_dir("grpo_monitor")
+    if why is not None:
+        problems.append(why)
+    return folder, problems
 
 
 def _load(path: Path, fields: Sequence[str]):

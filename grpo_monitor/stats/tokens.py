@@ -12,15 +12,18 @@ One fused pass: a single function (``torch.compile``-d when worth it, else run e
 row chunks) reduces every statistic per row in the input precision (float32 for float32
 inputs), then across rows in float64. No host sync, no data-dependent shapes. The per-row
 pass lives in ``_token_kernel``; compiled, it evaluates both exponentials with an inlined
-polynomial (float32), which keeps the whole pass in one vectorised loop.
+polynomial (float32), which keeps the whole pass in one vectorised loop. Called from code
+that a caller ``torch.compile``-s, the pass becomes part of the caller's graph (see
+``_traced_stats``).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 import warnings
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import torch
 
@@ -47,6 +50,7 @@ TOKEN_LAYOUT = FieldLayout(TOKEN_FIELDS)
 #: The reduction of each slot ("sum", "min" or "max"), in ``TOKEN_FIELDS`` order.
 TOKEN_REDUCTIONS: tuple[str, ...] = tuple(op for _, op in TOKEN_FIELDS)
 TOKEN_INDEX = {name: i for i, (name, _) in enumerate(TOKEN_FIELDS)}
+_FIELD_NAMES = tuple(name for name, _ in TOKEN_FIELDS)  # the slot order the C kernel must lay out
 
 #: ``compile="auto"`` compiles only for micro-batches with at least this many token slots
 #: (smaller ones take milliseconds eagerly; a compile takes seconds once per process).
@@ -149,19 +153,23 @@ def token_sufficient_stats(
         return _empty_vector(mask.device)
     compiled = _use_compile(compile, B * T)
     inputs = (advantages, logprobs, ref_logprobs, old_logprobs, kl)
-    if compiled and _native.enabled() and _native.accepts(mask, inputs):
-        with torch.no_grad():
-            vec = _native.token_stats(mask, *inputs, spec.clip_log, spec.clamp, [name for name, _ in TOKEN_FIELDS])
-        if vec is not None:
-            return vec
+    native = compiled and _native.enabled() and _native.accepts(mask, inputs)
+    with torch.no_grad():
+        if _is_compiling():
+            return _traced_stats(spec, native, compiled, mask, inputs)
+        vec = _native.token_stats(mask, *inputs, spec.clip_log, spec.clamp, _FIELD_NAMES) if native else None
+        return vec if vec is not None else _chunked_stats(spec, compiled, mask, inputs)
+
+
+def _chunked_stats(spec: _Spec, compiled: bool, mask: torch.Tensor, inputs: tuple) -> torch.Tensor:
+    """The torch kernel over row blocks (bounded temporaries), compiled or eager, blocks merged."""
+    B, T = mask.shape
     rows = max(1, (_COMPILED_CHUNK if compiled else _EAGER_CHUNK) // T)
     out = None
-    with torch.no_grad():
-        for start in range(0, B, rows):
-            part = [None if t is None else t[start:start + rows]
-                    for t in (mask, advantages, logprobs, ref_logprobs, old_logprobs, kl)]
-            vec = _run_compiled(spec, part) if compiled else _token_kernel(spec, *part)
-            out = vec if out is None else TOKEN_LAYOUT.combine(out, vec)
+    for start in range(0, B, rows):
+        part = [None if t is None else t[start:start + rows] for t in (mask, *inputs)]
+        vec = _run_compiled(spec, part) if compiled else _token_kernel(spec, *part)
+        out = vec if out is None else TOKEN_LAYOUT.combine(out, vec)
     return out
 
 
@@ -206,6 +214,66 @@ def _run_compiled(spec: _Spec, part: list) -> torch.Tensor:
         warnings.warn(f"grpo-monitor: torch.compile of the token statistics failed ({type(exc).__name__}: "
                       f"{str(exc)[:200]}); using the eager path for the rest of the process", RuntimeWarning, stacklevel=3)
         return _token_kernel(spec, *part)
+
+
+def _is_compiling() -> bool:
+    """Whether Dynamo is tracing this call (torch < 2.3 lacks ``torch.compiler.is_compiling``)."""
+    if hasattr(torch.compiler, "is_compiling"):
+        return torch.compiler.is_compiling()
+    dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing can be compiling
+    return dynamo is not None and dynamo.is_compiling()
+
+
+def _traced_stats(spec: _Spec, native: bool, compiled: bool, mask: torch.Tensor, inputs: tuple) -> torch.Tensor:
+    """The statistics while Dynamo traces a caller's ``torch.compile``-d code (``fullgraph`` or not).
+
+    Dynamo must never trace into the ``ctypes`` call (it did: the process aborted with a
+    corrupted heap), and a nested ``torch.compile`` of the monitor's kernel inside another
+    compile is a graph break at best. So the C kernel enters the caller's graph as the custom
+    op ``grpo_monitor::native_token_stats``, opaque to Dynamo (a fake gives the vector's
+    shape), and every other path traces the pure-torch kernel inline, compiled with the
+    caller's graph. Not ``torch.compiler.disable``: under ``fullgraph=True`` Dynamo refuses
+    to call a disabled function (torch 2.13: "Skip inlining ``torch.compiler.disable()``d
+    function"), while an op is a node of the one graph either way.
+    """
+    if native and native_token_stats is not None:
+        clamp = spec.clamp if spec.clamp is not None else (0.0, 0.0)
+        return native_token_stats(mask, *inputs, spec.clip_log[0], spec.clip_log[1], spec.clamp is not None, *clamp)
+    return _token_kernel(spec, mask, *inputs, fast=compiled)
+
+
+def _native_op(mask: torch.Tensor, adv: Optional[torch.Tensor], lp: Optional[torch.Tensor],
+               ref: Optional[torch.Tensor], old: Optional[torch.Tensor], kl: Optional[torch.Tensor],
+               clip_lo: float, clip_hi: float, has_clamp: bool, clamp_lo: float, clamp_hi: float) -> torch.Tensor:
+    """The C kernel as an operator; the eager kernel should the library be unavailable (an op must return).
+
+    Called only from compiled graphs: a custom op's first call costs about a second of
+    dispatcher set-up, which eager callers skip by calling ``_native.token_stats`` directly.
+    """
+    clamp = (clamp_lo, clamp_hi) if has_clamp else None
+    vec = _native.token_stats(mask, adv, lp, ref, old, kl, (clip_lo, clip_hi), clamp, _FIELD_NAMES)
+    if vec is not None:
+        return vec
+    spec = _Spec(adv_ndim=0 if adv is None else adv.dim(), logprobs=lp is not None, ref=ref is not None,
+                 old=old is not None, kl=kl is not None, clip_log=(clip_lo, clip_hi), clamp=clamp)
+    return _chunked_stats(spec, False, mask, (adv, lp, ref, old, kl))
+
+
+def _native_op_fake(mask, adv, lp, ref, old, kl, clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi) -> torch.Tensor:
+    """What the op returns, for tracing: an empty float64 vector, one slot per ``TOKEN_FIELDS`` entry."""
+    return mask.new_empty(len(TOKEN_FIELDS), dtype=torch.float64)
+
+
+def _register_native_op():
+    """``grpo_monitor::native_token_stats``; ``None`` before torch 2.4 (compiled callers then trace the torch kernel)."""
+    if not hasattr(torch.library, "custom_op"):
+        return None
+    op = torch.library.custom_op("grpo_monitor::native_token_stats", mutates_args=(), device_types="cpu")(_native_op)
+    op.register_fake(_native_op_fake)
+    return op
+
+
+native_token_stats = _register_native_op()
 
 
 def _token_kernel(spec: _Spec, mask, adv, lp, ref, old, kl, fast: bool = False) -> torch.Tensor:

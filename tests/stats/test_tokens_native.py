@@ -7,8 +7,12 @@ needs); the tests skip only on a CPU without AVX2 or a machine without a compile
 from __future__ import annotations
 
 import math
+import os
+import stat
+import tempfile
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -68,6 +72,7 @@ def assert_agrees(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 def test_matches_float64_reference_at_one_million_tokens(native):
+    """Every metric of a million tokens agrees with the float64 reference."""
     x = seed_batch(B=256, T=4096, p_valid=0.9, seed=21)
     got = token_metrics(run_native(native, **x))
     assert_metrics_close(got, reference_metrics(**{k: v.numpy() for k, v in x.items()}), rtol=1e-5, atol=1e-6,
@@ -108,6 +113,7 @@ def test_every_input_combination_agrees_with_eager(native, given, T):
 
 @pytest.mark.parametrize("mask_dtype", [torch.bool, torch.uint8, torch.int32, torch.int64], ids=str)
 def test_mask_dtypes(native, mask_dtype):
+    """bool, uint8, int32 and int64 masks give the eager statistics, non-binary entries counted."""
     x = seed_batch(B=6, T=333, seed=23)
     x["mask"] = x["mask"].to(mask_dtype)
     if mask_dtype != torch.bool:
@@ -116,6 +122,7 @@ def test_mask_dtypes(native, mask_dtype):
 
 
 def test_float_mask_oddities_are_counted_like_eager(native):
+    """Fractional, negative, NaN, -0.0 and inf mask entries are valid or not, and counted, as eagerly."""
     x = seed_batch(B=4, T=40, seed=24)
     x["mask"][0, :6] = torch.tensor([0.5, -1.0, math.nan, -0.0, 2.0, math.inf])
     got = run_native(native, **x)
@@ -124,6 +131,7 @@ def test_float_mask_oddities_are_counted_like_eager(native):
 
 
 def test_row_advantages_and_no_advantages(native):
+    """One advantage per row (some zero) gives the eager statistics."""
     x = seed_batch(B=12, T=100, seed=25)
     x["advantages"] = x["advantages"][:, 0].clone().nan_to_num(0.0)
     x["advantages"][3] = 0.0
@@ -148,6 +156,7 @@ def test_non_finite_values_on_valid_tokens(native, where):
 
 
 def test_garbage_in_the_padding_never_leaks(native):
+    """NaN, inf or any value off the mask leaves the statistics bit for bit unchanged."""
     clean = seed_batch(B=16, T=257, p_valid=0.6, seed=27, garbage=0.0)
     results = []
     for garbage in (math.nan, math.inf, -3e38, 5.0):
@@ -160,6 +169,7 @@ def test_garbage_in_the_padding_never_leaks(native):
 
 
 def test_result_does_not_depend_on_the_thread_count(native):
+    """One thread or many: the same statistics, and the same bits for the same thread count."""
     x = seed_batch(B=33, T=600, seed=28)
     before = torch.get_num_threads()
     try:
@@ -185,6 +195,7 @@ def test_inputs_it_does_not_take_go_to_the_compiled_path(native, monkeypatch):
 
 
 def test_environment_switches_turn_it_off(native, monkeypatch):
+    """GRPO_MONITOR_NATIVE=0, GRPO_MONITOR_COMPILE=0 and compile=False never call the kernel."""
     monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))
     x = seed_batch(B=4, T=32, seed=30)
     for var in ("GRPO_MONITOR_NATIVE", "GRPO_MONITOR_COMPILE"):
@@ -196,6 +207,7 @@ def test_environment_switches_turn_it_off(native, monkeypatch):
 
 
 def test_a_failed_build_warns_once_and_falls_back(native, monkeypatch, tmp_path):
+    """No compiler: one RuntimeWarning, eager statistics, and no further build attempts."""
     monkeypatch.setitem(_native._STATE, "lib", None)
     monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
@@ -234,6 +246,7 @@ def test_build_is_cached_and_safe_to_race(native, monkeypatch, tmp_path):
 
 
 def test_a_library_with_another_slot_order_is_refused(native, monkeypatch, tmp_path):
+    """A library whose slot order differs from TOKEN_FIELDS is never used."""
     monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
     with pytest.raises(RuntimeError, match="differently from TOKEN_FIELDS"):
         _native._load(_native._build(), FIELDS[::-1])
@@ -250,3 +263,89 @@ def test_seed_kl_table_through_the_kernel(native):
         assert abs(m[f"grpo/kl/{k}_mean"] - true_kl) < 4 * m[f"grpo/kl/{k}_std"] / math.sqrt(n)
     assert m["grpo/kl/k1_neg_frac"] == pytest.approx(float(pi[pi < pi_ref].sum()), abs=0.005)
     assert m["grpo/kl/k3_neg_frac"] == 0.0
+
+
+# ----------------------------------------------------------------------------- inside torch.compile
+def op_args(x: dict) -> tuple:
+    """``x`` as the arguments of the custom op, with the default clip range and KL clamp."""
+    return (x["mask"], x["advantages"], x["logprobs"], x["ref_logprobs"], x["old_logprobs"], x.get("kl"),
+            math.log(0.8), math.log1p(0.2), True, -10.0, 10.0)
+
+
+def test_custom_op_passes_opcheck_and_agrees_with_eager(native):
+    """The op a compiled caller's graph holds: schema, fake (the vector's shape and dtype) and results check out."""
+    x = seed_batch(B=8, T=100, seed=33)
+    torch.library.opcheck(tk.native_token_stats, op_args(x))
+    assert_agrees(tk.native_token_stats(*op_args(x)), stats(**x))
+
+
+def test_custom_op_computes_eagerly_without_the_library(native, monkeypatch, tmp_path):
+    """A failed build inside a compiled graph cannot return None: the op warns once and runs the eager kernel."""
+    monkeypatch.setitem(_native._STATE, "lib", None)
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_native, "compiler", lambda: str(tmp_path / "no-such-cc"))
+    x = seed_batch(B=8, T=100, seed=34)
+    with pytest.warns(RuntimeWarning, match="native token kernel is unavailable"):
+        got = tk.native_token_stats(*op_args(x))
+    assert torch.equal(got, stats(**x))
+
+
+# ----------------------------------------------------------------------------- a cache only we can write
+@pytest.fixture
+def machine_tmp(monkeypatch, tmp_path) -> Path:
+    """tempfile's folder moved under ``tmp_path`` (the fallback cache lives there), ``~/.cache`` not used."""
+    if not hasattr(os, "getuid"):
+        pytest.skip("file ownership checks need POSIX uids")
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    monkeypatch.setitem(_native._STATE, "lib", None)
+    return tmp
+
+
+def grpo_warnings(caught) -> list[str]:
+    return [str(w.message) for w in caught if "grpo-monitor" in str(w.message)]
+
+
+def test_a_cache_dir_others_can_write_is_passed_over_with_one_warning(native, monkeypatch, tmp_path, machine_tmp):
+    """A world-writable GRPO_MONITOR_CACHE_DIR holding a file at the library's name is never read."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (shared / _native.library_name()).write_text("planted: loading this would run it")
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(shared))
+    x = seed_batch(B=8, T=100, seed=35)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = token_sufficient_stats(**x, compile=True)
+    [message] = grpo_warnings(caught)
+    assert str(shared) in message and "writable by other users" in message
+    assert Path(_native._STATE["lib"]._name).parent == machine_tmp / f"grpo_monitor-{os.getuid()}"
+    assert len(native) == 1
+    assert_agrees(got, stats(**x))
+
+
+def test_built_library_and_its_folder_are_private(native, monkeypatch, tmp_path, machine_tmp):
+    """A fresh cache folder is 0700 and the library in it ours, writable by nobody else, loaded without a warning."""
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        path = _native._build()
+    assert path.parent == tmp_path / "cache" and stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    st = os.lstat(path)
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def test_a_symlink_at_the_library_name_is_replaced_not_followed(native, monkeypatch, tmp_path, machine_tmp):
+    """A symlink where the library should be is refused with a warning, and the rebuild replaces the link itself."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    decoy = tmp_path / "decoy.so"
+    decoy.write_text("the link's target: must stay as it is")
+    (cache / _native.library_name()).symlink_to(decoy)
+    monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(cache))
+    with pytest.warns(RuntimeWarning, match="is a symlink"):
+        path = _native._build()
+    assert path == cache / _native.library_name() and not path.is_symlink()
+    assert decoy.read_text() == "the link's target: must stay as it is"
+    _native._load(path, FIELDS)
