@@ -84,8 +84,12 @@ def test_module_attribute_is_wrapped_where_ray_trainer_calls_it(monitor):
     assert monitor.end_step().metrics["grpo/groups/total"] == 4
 
 
-def test_constant_group_of_point_seven_is_caught(tmp_path):
-    """Eight rewards of 0.7: verl's float32 std is ~6e-8, epsilon 1e-6, so every advantage is ~0.056, not 0."""
+def test_constant_group_of_point_seven_warns_without_stopping(tmp_path):
+    """Eight rewards of 0.7: verl's float32 std is ~6e-8, epsilon 1e-6, so every advantage is ~0.056, not 0.
+
+    That residue is verl's own float32 arithmetic (its stabilizer and the reward's ulp), 8% of a real
+    group's weight: a warning naming the group, never a stop of a healthy default run.
+    """
     rewards, mask, uid, _ = shuffled_batch(constant={2: 0.7})
     plain, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)  # not attached: verl's own numbers
     rows = torch.from_numpy(uid == "uid-2")
@@ -94,12 +98,13 @@ def test_constant_group_of_point_seven_is_caught(tmp_path):
     mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
     gverl.attach(mon)
     try:
-        with pytest.raises(InvariantViolation) as info:
+        with pytest.warns(RuntimeWarning, match="float32 residue"):
             core_algos.get_adv_estimator_fn("grpo")(token_level_rewards=rewards, response_mask=mask, index=uid)
+        report = mon.end_step()
     finally:
         gverl.detach()
-    (violation,) = [v for v in info.value.violations if v.invariant == "degenerate_zero"]
-    assert violation.groups == ("uid-2",)
+    (violation,) = [v for v in report.violations if v.invariant == "degenerate_zero"]
+    assert violation.groups == ("uid-2",) and violation.severity == "warning" and not report.failed
 
 
 def test_a_broken_custom_estimator_is_caught(tmp_path):
