@@ -25,8 +25,8 @@ _LAZY = {
     "StepReport": "report",
     "Tolerances": "config",
     "Violation": "violations",
-    "load_repro": "repro",
-    "replay": "repro",
+    "load_repro": "reproduce",
+    "replay": "reproduce",
     "METRICS": "catalog.metrics",
 }
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .config import MonitorConfig, Tolerances
     from .monitor import GRPOMonitor
     from .report import StepReport
-    from .repro import load_repro, replay
+    from .reproduce import load_repro, replay
     from .violations import INVARIANTS, InvariantViolation, Violation
 
 

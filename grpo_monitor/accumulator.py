@@ -41,6 +41,7 @@ class RolloutRecord:
     rewards: torch.Tensor
     gid: torch.Tensor
     advantages: torch.Tensor | None
+    lengths: torch.Tensor | None = None  # token counts per row: replays estimators that whiten over tokens
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .accumulator import HostGroups
-from .metrics import convention_metrics, ledger_metrics, rollout_metrics
+from .derive import convention_metrics, ledger_metrics, rollout_metrics
 from .report import StepReport
 
 

@@ -23,6 +23,7 @@ import torch
 from . import theory
 from .config import MonitorConfig
 from .monitor import GRPOMonitor
+from .strict_json import json_safe
 
 AdvantageFn = Callable[[torch.Tensor], Any]
 #: Success probabilities of the expected-gradient table.
@@ -69,21 +70,6 @@ class AuditResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (``None`` for infinite or undefined numbers)."""
         return json_safe(dataclasses.asdict(self))
-
-
-def json_safe(value: Any) -> Any:
-    """``value`` with every non-finite float replaced by None, tuples as lists (strict JSON).
-
-    >>> json_safe({"ratio": float("nan"), "rows": (1.0, float("inf"))})
-    {'ratio': None, 'rows': [1.0, None]}
-    """
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 # ---------------------------------------------------------------------- loading

@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Hashable, Sequence
 
+import numpy as np
 import torch
 
 from .catalog.invariants import GROUP_INVARIANTS, INVARIANTS
@@ -114,6 +115,39 @@ def _residue_severity(v: Violation, d: RolloutDetail, typ: float, stabilizer: fl
              f"{float(d.stats.mean[mask].abs().max()):.4g} is {float(bound.max()) * stabilizer / (_RESIDUE_ULPS * float(d.stats.n[mask].max())):.3g}), "
              f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x typical |advantage|")
     return dataclasses.replace(v, severity="warning", hint=cause)
+
+
+def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> list[Violation]:
+    """pass@k: in each group with reward variation at most one row is nonzero, and it holds the group's best reward.
+
+    Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
+    """
+    from .estimators.judge import host_rows
+
+    rows = host_rows(records)
+    r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
+    if not rows.replayable or not len(a):
+        return []
+    valid = ~np.isnan(r)
+    n_groups = int(g.max()) + 1
+    best = np.full(n_groups, -np.inf)
+    np.maximum.at(best, g[valid], r[valid])
+    nonzero = valid & (np.abs(a) > config.tolerances.zero_group_mean * _typical_nonzero(a, valid))
+    count = np.bincount(g[nonzero], minlength=n_groups)
+    wrong_row = np.bincount(g[nonzero & (r < best[g])], minlength=n_groups)
+    bad = np.flatnonzero((count > 1) | (wrong_row > 0))
+    if not len(bad):
+        return []
+    first = tuple(labels[i] for i in bad[:_MAX_GROUPS])
+    observed = (f"{len(bad)} groups with more than one nonzero row or a nonzero row below the group's best "
+                f"(max {int(count.max())} nonzero rows in a group)")
+    return [violation("one_nonzero_per_group", step, observed, config, first, count=len(bad))]
+
+
+def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
+    vals = np.abs(a[valid])
+    vals = vals[vals > 0]
+    return float(np.median(vals)) if len(vals) else 1.0
 
 
 def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:

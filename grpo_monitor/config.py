@@ -9,7 +9,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from .violations import INVARIANTS
 
 Policy = Literal["raise", "warn", "ignore"]
-Convention = Literal["auto", "population", "bessel", "none", "batch", "leave_one_out"]
 
 
 class Tolerances(BaseModel):
@@ -32,6 +31,9 @@ class Tolerances(BaseModel):
     )
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
     convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
+    estimator_residual: float = Field(
+        1e-3, gt=0, description="max per-group rms residual of a replayed estimator / typical |advantage|",
+    )
     max_stabilizer_ratio: float = Field(
         0.05, ge=0, description="largest plausible stabilizer, as a fraction of the mean reward std of live groups "
         "(used only when population and Bessel both fit)"
@@ -50,7 +52,10 @@ class MonitorConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     group_size: Optional[int] = Field(None, ge=2, description="responses per prompt, when fixed")
-    std_convention: Convention = "auto"
+    std_convention: str = Field(
+        "auto", description="the advantage estimator the trainer uses: a name of grpo_monitor.ESTIMATORS "
+        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...) or 'auto'",
+    )
     stabilizer: Optional[float] = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
     on_violation: Policy = "raise"
     policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
@@ -81,6 +86,15 @@ class MonitorConfig(BaseModel):
         unknown = sorted(set(value) - set(INVARIANTS))
         if unknown:
             raise ValueError(f"unknown invariant(s) {unknown}; expected names from {sorted(INVARIANTS)}")
+        return value
+
+    @field_validator("std_convention")
+    @classmethod
+    def _known_estimator(cls, value: str) -> str:
+        from .estimators.registry import ESTIMATORS
+
+        if value != "auto" and value not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {value!r}; expected 'auto' or one of {sorted(ESTIMATORS)}")
         return value
 
     @field_validator("clip_range")

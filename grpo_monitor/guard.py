@@ -7,7 +7,9 @@ step is everything observed, from any thread, between two ``end_step`` calls. Af
 :class:`MonitorClosedError` naming it. The monitor's own faults (anything but an input
 error, an invariant breach or a closed monitor) are logged, switch the failing part off
 and never stop training; a part switched off shows as ``grpo/monitor/disabled_parts`` and
-as one alert through every sink.
+as one alert through every sink. The integrations' own faults (``FailOpen`` in
+``grpo_monitor.integrations._common``) are recorded here too, as the part
+:func:`integration_part` names.
 """
 
 from __future__ import annotations
@@ -30,8 +32,19 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("grpo_monitor")
 STEP_FAULTS = 3  # end_step failures in a row before it is switched off
-#: Parts whose switch-off turns invariant checks off (the others only lose metrics).
+#: Parts whose switch-off turns invariant checks off (the others only lose metrics); an
+#: integration's part (:func:`integration_part`) too, as it feeds the checked calls.
 CHECKING_PARTS = ("rollout", "loss", "end_step")
+_INTEGRATION = " integration"
+
+
+def integration_part(name: str) -> str:
+    """The part an integration's own faults switch off, as ``disabled_parts`` lists it.
+
+    >>> integration_part("trl")
+    'trl integration'
+    """
+    return name + _INTEGRATION
 
 
 class MonitorClosedError(RuntimeError):
@@ -119,26 +132,32 @@ class Faults:
         self.logged: set[str] = set()  # parts whose traceback was logged
         self.report_faults = 0
 
-    def record(self, part: str, step: int) -> bool:
-        """Log (the traceback once) and warn; True when ``part`` is switched off by this fault."""
+    def record(self, part: str, step: int, *, label: str | None = None) -> bool:
+        """Log (the traceback once) and warn; True when ``part`` is switched off by this fault.
+
+        ``label`` names the part in the log and the warning (default: ``part``; an
+        integration's part ``"trl integration"`` reads "the trl integration").
+        """
         self.streak[part] += 1
         disable = part != "end_step" or self.streak[part] >= STEP_FAULTS
         what = "this part is disabled" if disable else "this step is skipped"
+        name = label or part
         first = part not in self.logged
         if first:
             self.logged.add(part)
-            log.exception("grpo-monitor: internal error in %s at step %d; %s, training goes on", part, step, what)
+            log.exception("grpo-monitor: internal error in %s at step %d; %s, training goes on", name, step, what)
         else:
-            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", part, self.streak[part], what)
+            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", name, self.streak[part], what)
         if first or disable:
-            warnings.warn(f"grpo-monitor: internal error in {part}; {what} (see the log)", RuntimeWarning)
+            warnings.warn(f"grpo-monitor: internal error in {name}; {what} (see the log)", RuntimeWarning)
         if disable:
             self.disabled.add(part)
         return disable
 
     def announce(self, part: str, step: int, sinks: Any) -> None:
         """One alert through every sink when ``part`` is switched off (a metric shows it every step)."""
-        checks = "its invariant checks are OFF" if part in CHECKING_PARTS else "its metrics stop"
+        checking = part in CHECKING_PARTS or part.endswith(_INTEGRATION)
+        checks = "its invariant checks are OFF" if checking else "its metrics stop"
         text = (f"grpo-monitor switched off its '{part}' part after an internal error at step {step}; {checks} "
                 "for the rest of the run. Training goes on. The traceback is in the 'grpo_monitor' log.")
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
-from typing import Any, Hashable, Iterable, Literal, Sequence
+from typing import Any, Hashable, Sequence
 
 import numpy as np
 
@@ -181,45 +181,25 @@ class QuestionHistory:
             raise KeyError(f"question {question_id!r} has no history (never seen, or evicted beyond cap={self.cap})")
         return record.success_sum / record.response_count if record.response_count else math.nan
 
-    def iid_degenerate_rate(
-        self,
-        question_ids: Sequence[Hashable],
-        group_sizes: int | Sequence[int] | np.ndarray,
-        *,
-        method: Literal["plugin", "unbiased"] = "plugin",
-    ) -> float:
-        """Degenerate-group rate independent sampling predicts for these groups.
+    def pooled(self, question_ids: Sequence[Hashable]) -> np.ndarray:
+        """Per entry of ``question_ids``, its pooled (success sum, responses, groups); NaN when absent.
 
-        Mean over groups of ``p_q^G + (1-p_q)^G`` with ``p_q`` the pooled success rate
-        (binary rewards). The plug-in overstates it when a question has few responses
-        (Jensen); ``method="unbiased"`` uses ``(C(S,G) + C(n-S,G)) / C(n,G)`` from the ``S``
-        successes of ``n`` pooled responses, unbiased for iid rewards (needs ``n >= G``).
-        Groups without usable history are left out; NaN when none remain.
+        With a half-life, the sums weigh older steps down (a learning policy's success rate
+        moves; a run-long pool would lag it). Sums and counts, never means; shape
+        ``(3, len(question_ids))``, one dict lookup per entry.
+
+        >>> h = QuestionHistory(cap=4, stuck_after=1)
+        >>> h.update(0, ["a", "a"], np.array([1, 3]), np.array([4, 4]), np.array([False, False]), np.zeros(2))
+        >>> h.pooled(["a", "b"]).tolist()
+        [[4.0, nan], [8.0, nan], [2.0, nan]]
         """
-        sizes = np.broadcast_to(np.asarray(group_sizes), (len(question_ids),))
-        if not np.issubdtype(sizes.dtype, np.integer) or (sizes < 1).any():
-            received = np.asarray(group_sizes).tolist()
-            raise ValueError(f"Expected argument `group_sizes` to hold ints >= 1 but got {received}")
-        _check_choice(method, "method", ("plugin", "unbiased"))
-        rates = [self._degenerate(q, int(g), method) for q, g in zip(question_ids, sizes.tolist())]
-        rates = [r for r in rates if not math.isnan(r)]
-        return float(np.mean(rates)) if rates else math.nan
-
-    def _degenerate(self, question_id: Hashable, G: int, method: str) -> float:
-        record = self._records.get(question_id)
-        if record is None or record.response_count == 0:
-            return math.nan
-        S, n = record.success_sum, record.response_count
-        if not 0 <= S <= n or (method == "unbiased" and S != int(S)):
-            raise ValueError(
-                f"question {question_id!r} has success sum {S} over {n} responses; binary (0/1) rewards expected"
-            )
-        if method == "plugin":
-            p = S / n
-            return p**G + (1 - p) ** G
-        if n < G:
-            return math.nan
-        return (math.comb(int(S), G) + math.comb(n - int(S), G)) / math.comb(n, G)
+        recent = self.halflife is not None
+        out = np.full((len(question_ids), 3), np.nan)
+        for i, record in enumerate(map(self._records.get, question_ids)):
+            if record is not None:
+                out[i] = ((record.recent_success, record.recent_count, record.recent_groups) if recent
+                          else (record.success_sum, record.response_count, record.times_seen))
+        return out.T
 
     def stuck_questions(self) -> list[Hashable]:
         """Questions filtered in every attempt for at least ``stuck_after`` consecutive steps."""
@@ -271,11 +251,6 @@ def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:
 
 def _hashable(value: Any) -> Hashable:
     return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
-
-
-def _check_choice(value: Any, name: str, choices: Iterable[str]) -> None:
-    if value not in choices:
-        raise ValueError(f"Expected argument `{name}` to be one of {', '.join(choices)} but got {value!r}")
 
 
 def _encode(question_ids: Sequence[Hashable]) -> tuple[np.ndarray, list[Hashable]]:

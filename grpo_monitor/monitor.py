@@ -30,8 +30,10 @@ from .assemble import assemble_report, violation_metrics
 from .config import MonitorConfig
 from .distributed import rank_and_world
 from .guard import Faults, fail_open, locked
-from .checks import group_violations, token_violations, violation
-from .metrics import DISABLED_PARTS_KEY, user_metrics
+from .checks import group_violations, passk_violations, token_violations, violation
+from .estimators.judge import DEVICE_PROMISES
+from .catalog.metrics import DISABLED_PARTS_KEY
+from .derive import user_metrics
 from .repro import save_repro
 from .report import StepReport
 from .run_state import RunState
@@ -77,14 +79,18 @@ class GRPOMonitor:
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
-    def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None) -> None:
+    def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
+                        lengths: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
-        An empty batch (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are
-        checked. A breach under the ``"raise"`` policy raises here.
+        ``lengths`` (token counts per row, optional) lets the check replay estimators that
+        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly. An empty batch
+        (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
+        under the ``"raise"`` policy raises here.
         """
         layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
         adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
+        tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
@@ -93,7 +99,7 @@ class GRPOMonitor:
         vec, detail = rollout_stats(
             layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
         )
-        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv)
+        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens)
         self._acc.add_rollout(vec, record)
         if not self.config.defer_checks:
             self._check_now()
@@ -135,11 +141,20 @@ class GRPOMonitor:
         self._acc.add_tokens(vec, self._token_layout)
 
     @locked
+    def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
+        """Declare the advantage estimator the trainer uses (an integration's call; users set
+        ``MonitorConfig.std_convention``). A change restarts the estimator lock; the same one is a no-op."""
+        if name == self.config.std_convention and stabilizer == self.config.stabilizer:
+            return
+        self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
+        self._run.redeclare(self.config)
+
+    @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
         """Host-side scalars for this step's report (e.g. an integration's comparison with its trainer).
 
         Keys are non-empty strings outside the monitor's own sections (``grpo/groups/``,
-        ``grpo/adv/``, ... see ``metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours),
+        ``grpo/adv/``, ... see ``catalog.metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours),
         values finite numbers; anything else raises ``InputValueError``/``InputTypeError``.
         """
         self._extra.update(user_metrics(metrics))
@@ -169,21 +184,31 @@ class GRPOMonitor:
         self._record(found)
 
     def _check(self, synced: SyncedStep) -> list[Violation]:
-        """The invariants of what ``synced`` holds; the rollout's convention narrows the run's lock."""
+        """The invariants of what ``synced`` holds, as far as the step's estimator promises them."""
         found: list[Violation] = []
         if synced.has_rollout:
-            fit = self._run.lock_convention(synced.rollout)
-            stabilizer = self.config.stabilizer if self.config.stabilizer is not None else getattr(fit, "stabilizer", None)
-            records = [(r.detail, r.labels) for r in synced.records]
-            found = group_violations(synced.rollout, records, self.config, self.step, stabilizer)
-            if fit is not None:
-                self._acc.convention = fit
-                root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
-                if fit.problem and not root_caused:
-                    found.append(violation("convention", self.step, fit.problem, self.config))
+            found = self._check_rollout(synced)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step)
+        return found
+
+    def _check_rollout(self, synced: SyncedStep) -> list[Violation]:
+        """Name the estimator (declared or found; the run's lock narrows), then check what it promises."""
+        breached = frozenset(name for name in DEVICE_PROMISES if synced.rollout.get(f"viol_{name}", 0) > 0)
+        judged = self._run.judge_estimator(synced.rollout, synced.records, breached)
+        stabilizer = self.config.stabilizer if self.config.stabilizer is not None else getattr(judged, "stabilizer", None)
+        records = [(r.detail, r.labels) for r in synced.records]
+        found = group_violations(synced.rollout, records, self.config, self.step, stabilizer)
+        if judged is None:
+            return found
+        self._acc.convention = judged
+        found = [v for v in found if v.invariant not in DEVICE_PROMISES or v.invariant in judged.promises]
+        if "one_nonzero_per_group" in judged.promises:
+            found += passk_violations(synced.records, self.config, self.step)
+        root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
+        if judged.problem and not root_caused:
+            found.append(violation("convention", self.step, judged.problem, self.config, judged.groups))
         return found
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
@@ -257,7 +282,7 @@ class GRPOMonitor:
     # ----------------------------------------------------------- fail-open
     @property
     def disabled_parts(self) -> frozenset[str]:
-        """Parts switched off by an internal fault ("rollout", "generation", "loss", "end_step")."""
+        """Parts switched off by an internal fault ("rollout", "generation", "loss", "end_step", "<name> integration")."""
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:

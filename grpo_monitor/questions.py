@@ -54,26 +54,15 @@ def filtered_flags(gen_q: list[Hashable], gen_degenerate: np.ndarray, kept_q: li
     return rank < discard[gen_codes]
 
 
-def pooled_counts(history: QuestionHistory, questions: Sequence[Hashable]) -> np.ndarray:
-    """Per group, its question's pooled (success sum, responses, groups) in the history; NaN when absent.
-
-    With a half-life, the sums weigh older steps down (a learning policy's success rate
-    moves; a run-long pool would lag it). Shape ``(3, len(questions))``; one dict lookup per group.
-    """
-    records = history._records  # the tracker owns its history; read the sums, never the means
-    recent = history.halflife is not None
-    out = np.full((len(questions), 3), np.nan)
-    for i, record in enumerate(map(records.get, questions)):
-        if record is not None:
-            out[i] = ((record.recent_success, record.recent_count, record.recent_groups) if recent
-                      else (record.success_sum, record.response_count, record.times_seen))
-    return out.T
-
-
 def iid_degenerate_rate(n: np.ndarray, pooled: np.ndarray) -> float:
     """Mean over groups of p^n + (1-p)^n with p each question's pooled success rate (binary rewards).
 
-    Groups without a scorable row or without history are left out; NaN when none remains.
+    ``n`` holds each group's scorable rows, ``pooled`` its question's sums
+    (:meth:`QuestionHistory.pooled`). Groups without a scorable row or without history are
+    left out; NaN when none remains.
+
+    >>> iid_degenerate_rate(np.array([4.0, 4.0]), np.array([[3.0, np.nan], [8.0, np.nan], [2.0, np.nan]]))
+    0.17236328125
     """
     s, total, _ = pooled
     keep = (n > 0) & (total > 0)
@@ -142,10 +131,10 @@ class QuestionTracker:
     def _theory_metrics(self, kept: GroupArrays | None, generated: GroupArrays | None) -> dict[str, float]:
         """iid-predicted degenerate rates and the overdispersion, from the pooled (run) history."""
         cat = generated if generated is not None else kept
-        pooled = pooled_counts(self.history, cat.questions)
+        pooled = self.history.pooled(cat.questions)
         out = {"grpo/groups/overdispersion": conditional_overdispersion(cat.reward_sum, cat.n, pooled)}
         if kept is not None:
-            kept_pooled = pooled if kept is cat else pooled_counts(self.history, kept.questions)
+            kept_pooled = pooled if kept is cat else self.history.pooled(kept.questions)
             out["grpo/groups/degenerate_rate_iid"] = iid_degenerate_rate(kept.n, kept_pooled)
         if generated is not None:
             out["grpo/sampling/degenerate_rate_iid"] = iid_degenerate_rate(generated.n, pooled)

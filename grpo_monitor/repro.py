@@ -1,19 +1,20 @@
-"""Save the tensors of a breach so it can be reproduced offline, and load them back."""
+"""Save the tensors of a breach so it can be reproduced offline.
+
+Loading and replaying a saved file live in :mod:`grpo_monitor.reproduce` (which imports the
+monitor; the monitor imports this module).
+"""
 
 from __future__ import annotations
 
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from .config import MonitorConfig
 from .private_files import create_private_file, user_private_dir
-
-if TYPE_CHECKING:
-    from .report import StepReport
 
 
 def repro_dir(config: MonitorConfig) -> str:
@@ -82,24 +83,3 @@ def _write_new(folder: Path, stem: str, payload: dict[str, Any]) -> str:
 
 
 _MAX_SUFFIX = 100
-
-
-def load_repro(path: str) -> dict[str, Any]:
-    """The saved breach: ``step``, ``config``, ``invariants`` and ``rollouts``.
-
-    Replay it with :func:`replay`. The file holds tensors and plain Python values only, so it
-    loads with ``weights_only=True`` (no pickled code runs).
-    """
-    return torch.load(path, weights_only=True)
-
-
-def replay(path: str, **config_overrides: Any) -> "StepReport":
-    """Feed a saved breach to a fresh monitor (policy ``"ignore"``) and return its report."""
-    from .monitor import GRPOMonitor
-
-    data = load_repro(path)
-    cfg = {**data["config"], "on_violation": "ignore", "policies": {}, **config_overrides}
-    mon = GRPOMonitor(MonitorConfig(**cfg))
-    for r in data["rollouts"]:
-        mon.observe_rollout(r["rewards"], group_ids=r["group_index"], advantages=r["advantages"])
-    return mon.end_step(data["step"])

@@ -16,7 +16,7 @@ from typing import Any, Hashable, Sequence
 
 from .accumulator import HostGroups
 from .config import MonitorConfig
-from .conventions import ConventionFit, ConventionTracker
+from .estimators.judge import EstimatorJudge, Judgement
 from .inputs import plain_state
 from .questions import QuestionTracker
 
@@ -38,13 +38,19 @@ class RunState:
     def __init__(self, config: MonitorConfig):
         self.config = config
         self.questions = QuestionTracker(config)
-        self.conventions = ConventionTracker(config)
+        self.estimator = EstimatorJudge(config)
         self.totals: Counter[str] = Counter()
         self.counts: Counter[str] = Counter()
 
-    def lock_convention(self, rollout: dict[str, float]) -> ConventionFit | None:
-        """Fit the conventions on a checked rollout slice and narrow the lock across steps."""
-        return self.conventions.update(rollout)
+    def judge_estimator(self, rollout: dict[str, float], records: Sequence[Any],
+                        breached: frozenset[str] = frozenset()) -> Judgement | None:
+        """Name the estimator of a checked rollout slice and narrow the lock across steps."""
+        return self.estimator.judge(rollout, records, breached)
+
+    def redeclare(self, config: MonitorConfig) -> None:
+        """A newly declared estimator: a fresh lock, the rest of the memory kept."""
+        self.config = config
+        self.estimator = EstimatorJudge(config)
 
     def count(self, violations: Sequence[Any]) -> None:
         for v in violations:
@@ -76,14 +82,14 @@ class RunState:
     def state_dict(self) -> dict[str, Any]:
         """Plain Python values only (numpy/torch ids converted): JSON and ``weights_only`` friendly."""
         return plain_state({
-            "conventions": self.conventions.state_dict(),
+            "conventions": self.estimator.state_dict(),
             "questions": self.questions.state_dict(),
             "counts": dict(self.counts),
             "totals": dict(self.totals),
         })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.conventions.load_state_dict(state["conventions"])
+        self.estimator.load_state_dict(state["conventions"])
         self.questions.load_state_dict(state["questions"])
         self.counts = Counter(state.get("counts", {}))
         self.totals = Counter(state.get("totals", {}))

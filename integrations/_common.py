@@ -3,31 +3,37 @@
 from __future__ import annotations
 
 import inspect
-import logging
-import warnings
 from typing import Any, Callable
 
 import torch
 
+from grpo_monitor.guard import integration_part
 from grpo_monitor.inputs import InputError
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.violations import InvariantViolation
-
-log = logging.getLogger("grpo_monitor")
 
 
 class FailOpen:
     """Runs an integration's observation code; its own faults never stop training.
 
     ``InvariantViolation`` and input errors propagate (they are the point). Any other
-    exception is logged once, warned once, and switches the integration off for the rest
-    of the run; with ``monitor.config.strict`` it is re-raised instead (for tests).
+    exception is a fault of the monitor part ``"<name> integration"``, kept by the
+    monitor's own fail-open bookkeeping (:class:`grpo_monitor.guard.Faults`): logged once
+    with its traceback, warned, and the integration is switched off for the rest of the
+    run. Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
+    ``grpo/monitor/disabled_parts`` and as one alert through every sink. With
+    ``monitor.config.strict`` the exception is re-raised instead (for tests).
     """
 
     def __init__(self, monitor: GRPOMonitor, name: str):
         self.monitor = monitor
         self.name = name
-        self.disabled = False
+        self.part = integration_part(name)
+
+    @property
+    def disabled(self) -> bool:
+        """Whether a fault switched the integration off (it then does nothing)."""
+        return self.part in self.monitor._guard.disabled
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.disabled:
@@ -39,11 +45,16 @@ class FailOpen:
         except Exception:
             if self.monitor.config.strict:
                 raise
-            self.disabled = True
-            log.exception("grpo-monitor: internal error in the %s integration; it is disabled", self.name)
-            warnings.warn(f"grpo-monitor: internal error in the {self.name} integration; it is disabled "
-                          "(see the log), training goes on", RuntimeWarning, stacklevel=2)
+            self._fault()
             return None
+
+    def _fault(self) -> None:
+        """Record the fault being handled as the monitor records its own; announce the switch-off."""
+        monitor = self.monitor
+        with monitor._lock:  # Faults is the monitor's state: changed under its one lock
+            disabled = monitor._guard.record(self.part, monitor.step, label=f"the {self.name} integration")
+            if disabled and not monitor.closed:  # a closed monitor's sinks are finished: reopen none of them
+                monitor._guard.announce(self.part, monitor.step, monitor.sinks)
 
 
 def row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

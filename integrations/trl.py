@@ -39,12 +39,8 @@ from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.stats.groups import group_reward_stats
 
-#: TRL's ``scale_rewards`` -> (std convention, stabilizer added to the std).
-CONVENTIONS: dict[str, tuple[str, float | None]] = {
-    "group": ("bessel", 1e-4),
-    "batch": ("batch", None),
-    "none": ("none", None),
-}
+#: TRL's ``scale_rewards`` -> the registry entry (``grpo_monitor.ESTIMATORS``) it computes.
+ESTIMATOR_OF_SCALE_REWARDS: dict[str, str] = {"group": "trl.group", "batch": "trl.batch", "none": "trl.none"}
 _HOOKED = ("_calculate_rewards", "_generate_and_score_completions", "_compute_loss",
            "_get_per_token_logps_and_entropies")
 _MISSING = object()
@@ -54,18 +50,21 @@ _LABEL_CHARS = 200
 def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> MonitorConfig:
     """A ``MonitorConfig`` declaring what ``trainer`` does; fields set in ``config`` win.
 
-    ``group_size`` = ``num_generations``, the convention and stabilizer of
-    ``scale_rewards`` (``normalize_then_sum`` scales by the batch std), the PPO clip
-    ``(epsilon_low, epsilon_high)``, no KL clamp, ``rollout_scope="global"``.
+    ``group_size`` = ``num_generations``, the registry estimator of ``scale_rewards``
+    (``trl.group``: Bessel + 1e-4, ``trl.batch``, ``trl.none``; ``trl.normalize_then_sum`` under
+    ``multi_objective_aggregation="normalize_then_sum"``), the PPO clip
+    ``(epsilon_low, epsilon_high)``, no KL clamp, ``rollout_scope="global"``. Declaring the
+    estimator makes a swapped branch an error instead of a silent "auto" match.
     """
     scale = getattr(trainer, "scale_rewards", None) or trainer.args.scale_rewards
-    if scale not in CONVENTIONS:
-        raise ValueError(f"trainer.scale_rewards must be one of {sorted(CONVENTIONS)}, but got {scale!r}")
-    convention, stabilizer = CONVENTIONS[scale]
+    if scale not in ESTIMATOR_OF_SCALE_REWARDS:
+        raise ValueError(f"trainer.scale_rewards must be one of {sorted(ESTIMATOR_OF_SCALE_REWARDS)}, "
+                         f"but got {scale!r}")
+    estimator = ESTIMATOR_OF_SCALE_REWARDS[scale]
     if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
-        convention, stabilizer = "batch", None
+        estimator = "trl.normalize_then_sum"
     derived = dict(
-        group_size=int(trainer.num_generations), std_convention=convention, stabilizer=stabilizer,
+        group_size=int(trainer.num_generations), std_convention=estimator, stabilizer=None,
         clip_range=(float(trainer.epsilon_low), float(trainer.epsilon_high)), kl_clamp=None, rollout_scope="global",
     )
     if config is None:

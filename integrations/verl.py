@@ -14,7 +14,9 @@ Rows are shuffled in verl's batches: groups are read from the ``index`` (``uid``
 rewards from ``token_level_rewards.sum(-1)`` and the row advantage as the mean of the
 returned token advantages over ``response_mask``. ``"grpo"`` divides by ``torch.std``
 (Bessel) + 1e-6; ``norm_adv_by_std_in_grpo=False`` does not divide; ``"rloo"`` is the
-leave-one-out convention.
+leave-one-out convention. Each call declares its registry entry (``verl.grpo``,
+``verl.grpo_no_std``, ``verl.rloo``, ... with the call's ``epsilon``) to a monitor built with
+``std_convention="auto"``, so a branch that computes another convention is an error.
 
 KL needs the response mask, which ``kl_penalty`` is not given: pass it with
 ``with kl_mask(response_mask): ...``, else it is read from the caller's local
@@ -71,6 +73,7 @@ class _Attachment:
     guard: FailOpen
     patches: list[_Patch]
     warned: set[str] = dataclasses.field(default_factory=set)
+    declares: bool = True  # the monitor was built with std_convention="auto": each call declares its estimator
 
 
 _current: _Attachment | None = None
@@ -98,7 +101,7 @@ def attach(monitor: GRPOMonitor, *, estimators: Sequence[str] = GROUP_ESTIMATORS
     if unknown:
         raise ValueError(f"estimators {unknown} are not in verl's ADV_ESTIMATOR_REGISTRY; expected names from "
                          f"{sorted(registry)}")
-    state = _Attachment(monitor, FailOpen(monitor, "verl"), [])
+    state = _Attachment(monitor, FailOpen(monitor, "verl"), [], declares=monitor.config.std_convention == "auto")
     originals = [registry[n] for n in estimators] + ([getattr(core_algos, n) for n in KL_FUNCTIONS] if kl else [])
     wrappers = {}
     for fn in originals:
@@ -157,12 +160,40 @@ def _wrap_estimator(original: Callable, state: _Attachment) -> Callable:
     return wrapper
 
 
+#: verl's estimator functions -> (registry entry, registry entry when norm_adv_by_std_in_grpo=False).
+ESTIMATOR_OF_FUNCTION: dict[str, tuple[str, str]] = {
+    "compute_grpo_outcome_advantage": ("verl.grpo", "verl.grpo_no_std"),
+    "compute_grpo_vectorized_outcome_advantage": ("verl.grpo_vectorized", "verl.grpo_no_std"),
+    "compute_rloo_outcome_advantage": ("verl.rloo", "verl.rloo"),
+    "compute_rloo_vectorized_outcome_advantage": ("verl.rloo_vectorized", "verl.rloo_vectorized"),
+}
+
+
+def declared_estimator(name: str, arguments: dict) -> tuple[str, float | None] | None:
+    """The registry entry and stabilizer a verl estimator call computes, from its own arguments
+    (``norm_adv_by_std_in_grpo``, ``epsilon``); None for estimators verl's registry holds that the
+    monitor does not know (a user's own: judged by "auto")."""
+    entry = ESTIMATOR_OF_FUNCTION.get(name)
+    if entry is None:
+        return None
+    by_std = arguments.get("norm_adv_by_std_in_grpo", True)
+    config = arguments.get("config")
+    if config is not None and hasattr(config, "get"):
+        by_std = config.get("norm_adv_by_std_in_grpo", by_std)
+    estimator = entry[0] if by_std else entry[1]
+    divides = estimator in ("verl.grpo", "verl.grpo_vectorized")
+    return estimator, float(arguments.get("epsilon", 1e-6)) if divides else None
+
+
 def _observe_estimator(state: _Attachment, name: str, arguments: dict, out: Any) -> None:
     rewards, mask, index = (arguments.get(k) for k in ("token_level_rewards", "response_mask", "index"))
     if rewards is None or mask is None or index is None:
         _warn_once(state, name, f"verl estimator {name} was called without token_level_rewards, response_mask and "
                                 "index (uid); its batch is not observed")
         return
+    declared = declared_estimator(name, arguments)
+    if declared is not None and state.declares:
+        state.monitor.declare_estimator(*declared)
     advantages = out[0] if isinstance(out, tuple) else out
     state.monitor.observe_rollout(rewards.sum(-1), group_ids=_ids(index), advantages=row_advantages(advantages, mask))
     state.monitor.observe_loss(mask=mask, advantages=advantages)

@@ -9,45 +9,12 @@ import pytest
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks.base import Sink
-
-
-class RecordingSink(Sink):
-    """A real :class:`Sink` that keeps everything it is handed, in order."""
-
-    name = "recording"
-    synchronous = True  # in memory and instant: tests read it right after end_step
-
-    def __init__(self) -> None:
-        self.metrics: list[tuple[int, dict[str, float]]] = []
-        self.histograms: list[tuple[int, str, list[float]]] = []
-        self.tables: list[tuple[int, str, list[dict[str, Any]]]] = []
-        self.alerts: list[tuple[str, str]] = []
-        self.reports: list[Any] = []
-        self.finished: list[bool] = []
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.metrics.append((step, dict(metrics)))
-
-    def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
-        self.histograms.append((step, key, list(values)))
-
-    def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
-        self.tables.append((step, key, list(rows)))
-
-    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
-        self.alerts.append((title, text))
-
-    def log_report(self, report) -> None:
-        self.reports.append(report)
-        super().log_report(report)
-
-    def finish(self, failed: bool = False) -> None:
-        self.finished.append(failed)
+from grpo_monitor.testing import RecordingSink
 
 
 @pytest.fixture
 def recording_sink() -> RecordingSink:
-    """A fresh :class:`RecordingSink`."""
+    """A fresh :class:`grpo_monitor.testing.RecordingSink`."""
     return RecordingSink()
 
 

@@ -21,6 +21,7 @@ from grpo_monitor.demo import BUGS, DemoConfig, run_demo
 from grpo_monitor.sinks.jsonl import read_jsonl
 from grpo_monitor.sinks.layout import COMBINED_CHARTS, KNOWN_KEYS
 from grpo_monitor.violations import INVARIANTS
+from references import advantages
 
 ROOT = Path(__file__).resolve().parent.parent
 G = 4
@@ -37,12 +38,6 @@ def _uncatalogued(emitted: set[tuple[str, str]]) -> list[tuple[str, str]]:
     return sorted((kind, key) for kind, key in emitted if key not in METRICS or METRICS[key].kind != kind)
 
 
-def _z(rewards: torch.Tensor, correction: int = 0) -> torch.Tensor:
-    """Group-normalised advantages (population std by default) with a small stabilizer."""
-    mean, std = rewards.mean(1, keepdim=True), rewards.std(1, correction=correction, keepdim=True)
-    return (rewards - mean) / (std + 1e-4)
-
-
 # ------------------------------------------------------------------------------ real runs
 def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     """Two generation rounds (dynamic sampling), the retained rollout and every token tensor."""
@@ -51,13 +46,13 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     for rewards, q in zip(rounds, qids):
         mon.observe_generation(rewards, question_ids=q, lengths=torch.randint(1, 9, (6 * G,), generator=gen))
     rewards, q = torch.cat(rounds)[:8], (qids[0] + qids[1])[:8]
-    advantages = _z(rewards)
-    mon.observe_rollout(rewards, advantages=advantages, question_ids=q)
+    adv = advantages(rewards, "population", 1e-4)
+    mon.observe_rollout(rewards, advantages=adv, question_ids=q)
     mask = (torch.rand(8 * G, 5, generator=gen) < 0.8).float()
     logprobs = -torch.rand(8 * G, 5, generator=gen)
     ref = logprobs + 0.05 * torch.randn(8 * G, 5, generator=gen)
     u = ref - logprobs
-    mon.observe_loss(mask=mask, advantages=advantages.reshape(-1, 1).expand(-1, 5), logprobs=logprobs,
+    mon.observe_loss(mask=mask, advantages=adv.reshape(-1, 1).expand(-1, 5), logprobs=logprobs,
                      ref_logprobs=ref, old_logprobs=logprobs + 0.01, kl=u.exp() - u - 1)
     return mon.end_step()
 
@@ -73,17 +68,18 @@ def full_run() -> list[StepReport]:
 def _breaches(mon: GRPOMonitor) -> None:
     """One step per invariant, each breaking it (convention: population, then Bessel)."""
     r = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
-    inf, nan = _z(r), r.clone()
+    z = advantages(r, "population", 1e-4)
+    inf, nan = z.clone(), r.clone()
     inf[0, 0], nan[0, 0] = float("inf"), float("nan")
-    swapped, lifted = _z(r), _z(r)
+    swapped, lifted = z.clone(), z.clone()
     swapped[1] = swapped[1][[0, 2, 1, 3]] * torch.tensor([1.0, 2, 1, 2])
     swapped[1] -= swapped[1].mean()
     lifted[3] = torch.tensor([0.5, -0.5, 0.5, -0.5])
     flat = torch.tensor([1.0, 0, 1, 0, 1, 0, 1])
-    rollouts = [dict(rewards=r, advantages=inf), dict(rewards=nan, advantages=_z(r)), dict(rewards=r, advantages=r),
+    rollouts = [dict(rewards=r, advantages=inf), dict(rewards=nan, advantages=z), dict(rewards=r, advantages=r),
                 dict(rewards=flat, group_ids=torch.tensor([0, 0, 0, 0, 1, 1, 1]), advantages=flat - 0.5),
                 dict(rewards=r, advantages=swapped), dict(rewards=r, advantages=lifted),
-                dict(rewards=r, advantages=_z(r)), dict(rewards=r, advantages=_z(r, correction=1))]
+                dict(rewards=r, advantages=z), dict(rewards=r, advantages=advantages(r, "bessel", 1e-4))]
     mask, lp = torch.ones(2, 3), -torch.ones(2, 3)
     broken_lp = lp.clone()
     broken_lp[0, 0] = float("nan")
@@ -102,9 +98,13 @@ def _breaches(mon: GRPOMonitor) -> None:
 def breach_run() -> list[StepReport]:
     """Every invariant broken once under on_violation="warn" (the run goes on and reports each)."""
     mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn", expect_on_policy=True))
+    passk = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn", std_convention="verl.grpo_passk"))
+    r = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return list(_breaches(mon))
+        reports = list(_breaches(mon))
+        passk.observe_rollout(r, advantages=advantages(r, "bessel", 1e-6))  # pass@k crediting every row
+        return reports + [passk.end_step()]
 
 
 def _demo(tmp_path_factory, name: str, bug: str | None = None, **config) -> list[dict]:
@@ -225,10 +225,13 @@ def test_known_keys_and_combined_charts_derive_from_the_catalogue():
 
 def test_add_metrics_refuses_every_monitor_key():
     """Every key the monitor writes itself lies in a section add_metrics refuses to users."""
-    from grpo_monitor.metrics import MONITOR_SECTIONS
+    from grpo_monitor import derive
+    from grpo_monitor.catalog.metrics import MONITOR_SECTIONS
 
+    assert derive.MONITOR_SECTIONS is MONITOR_SECTIONS  # derived from the catalogue, not kept twice
     own = [k for k, m in METRICS.items() if m.source != "integration" and m.key.count("/") >= 2]
     assert [k for k in own if k.split("/")[1] not in MONITOR_SECTIONS] == []
+    assert {"trl", "verl", "hf"}.isdisjoint(MONITOR_SECTIONS)  # the integrations' sections stay open to them
 
 
 def test_lazy_export_without_torch():

@@ -81,13 +81,14 @@ def test_building_the_parser_and_importing_the_package_import_no_torch():
 def test_every_public_name_is_importable_and_is_its_module_object():
     """Each name of grpo_monitor.__all__ resolves to the object its defining module holds; unknown names are worded."""
     import grpo_monitor
-    from grpo_monitor import config, monitor, report, repro, violations
+    from grpo_monitor import config, monitor, report, reproduce, violations
+    from grpo_monitor.catalog import metrics
 
     expected = {
         "GRPOMonitor": monitor.GRPOMonitor, "INVARIANTS": violations.INVARIANTS,
         "InvariantViolation": violations.InvariantViolation, "MonitorConfig": config.MonitorConfig,
         "StepReport": report.StepReport, "Tolerances": config.Tolerances, "Violation": violations.Violation,
-        "load_repro": repro.load_repro, "replay": repro.replay,
+        "load_repro": reproduce.load_repro, "replay": reproduce.replay, "METRICS": metrics.METRICS,
     }
     assert sorted(grpo_monitor.__all__) == sorted(expected)
     for name, obj in expected.items():

@@ -11,28 +11,9 @@ import torch
 from grpo_monitor import InvariantViolation, MonitorConfig
 from grpo_monitor.conventions import ConventionTracker, fitting_conventions
 from grpo_monitor.stats.conventions import CONVENTIONS
+from references import advantages
 
-# --------------------------------------------------------- reference advantages (float32, as trainers do)
-
-
-def advantages(r: torch.Tensor, convention: str, eps: float = 0.0) -> torch.Tensor:
-    """Group-relative advantages of ``r`` (B, G) under one convention, in ``r``'s float dtype.
-
-    With no stabilizer an all-equal group gets advantage 0 explicitly (seed 000, section 3).
-    """
-    r = r if r.is_floating_point() else r.float()
-    mean = r.mean(1, keepdim=True)
-    if convention in ("population", "bessel"):
-        std = r.std(1, keepdim=True, correction=0 if convention == "population" else 1)
-        return torch.where(std + eps > 0, (r - mean) / (std + eps), 0.0)
-    if convention == "none":
-        return r - mean
-    if convention == "leave_one_out":
-        G = r.shape[1]
-        return r - (r.sum(1, keepdim=True) - r) / (G - 1)
-    if convention == "batch":
-        return (r - mean) / (r.std() + eps)
-    raise ValueError(convention)
+# ---------------------------------------------------------------------- batches (float32, as trainers use)
 
 
 def binary_rewards(seed: int, B: int = 64, G: int = 4) -> torch.Tensor:

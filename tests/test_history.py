@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from grpo_monitor.history import QuestionHistory, intra_group_correlation
+from grpo_monitor.questions import iid_degenerate_rate
 
 # ------------------------------------------------------------- overdispersion (ICC)
 
@@ -135,27 +136,26 @@ def test_table_rows_order_and_limit():
     assert h.table_rows(limit=0) == []
 
 
-def test_iid_degenerate_rate_plugin():
-    """The plug-in prediction is the mean of p^G + (1-p)^G over groups, unknown questions left out."""
+def test_pooled_sums_per_question_nan_when_absent():
+    """pooled() gives each entry its question's success sum, responses and groups; NaN for an unknown one."""
+    h = QuestionHistory(cap=10, stuck_after=1)
+    _feed(h, 0, ["a", "b", "a"], [1, 8, 2], [4, 8, 4], [False, True, False])
+    pooled = h.pooled(["a", "unknown", "b", "a"])
+    assert pooled.shape == (3, 4)
+    np.testing.assert_array_equal(pooled[:, [0, 2, 3]], [[3, 8, 3], [8, 8, 8], [2, 1, 2]])
+    assert np.isnan(pooled[:, 1]).all()
+
+
+def test_iid_degenerate_rate_from_the_pooled_history():
+    """The iid prediction is the mean of p^G + (1-p)^G over groups, unknown questions left out."""
     h = QuestionHistory(cap=10, stuck_after=1)
     _feed(h, 0, ["a", "b"], [3, 8], [8, 8], [False, True])
     pa, pb = Fraction(3, 8), Fraction(1)
     expected = (pa**4 + (1 - pa) ** 4 + pb**8 + (1 - pb) ** 8) / 2
-    assert h.iid_degenerate_rate(["a", "b", "unknown"], [4, 8, 4]) == pytest.approx(float(expected), rel=1e-12)
-    assert h.iid_degenerate_rate(["a"], 4) == pytest.approx(float(pa**4 + (1 - pa) ** 4), rel=1e-12)
-    assert math.isnan(h.iid_degenerate_rate(["unknown"], 4))
-
-
-def test_iid_degenerate_rate_unbiased_is_unbiased():
-    """Averaged over Binomial(n, p) histories, the unbiased method equals p^G + (1-p)^G exactly."""
-    n, G, p = 10, 4, Fraction(3, 10)
-    mean = Fraction(0)
-    for S in range(n + 1):
-        h = QuestionHistory(cap=1, stuck_after=1)
-        _feed(h, 0, ["q"], [S], [n], [False])
-        estimate = Fraction(h.iid_degenerate_rate(["q"], G, method="unbiased")).limit_denominator(10**6)
-        mean += math.comb(n, S) * p**S * (1 - p) ** (n - S) * estimate
-    assert mean == p**G + (1 - p) ** G
+    rate = iid_degenerate_rate(np.array([4.0, 8.0, 4.0]), h.pooled(["a", "b", "unknown"]))
+    assert rate == pytest.approx(float(expected), rel=1e-12)
+    assert iid_degenerate_rate(np.array([4.0]), h.pooled(["a"])) == pytest.approx(float(pa**4 + (1 - pa) ** 4), rel=1e-12)
+    assert math.isnan(iid_degenerate_rate(np.array([4.0]), h.pooled(["unknown"])))
 
 
 def _filled_history():
@@ -219,6 +219,7 @@ def test_halflife_weighs_older_steps_down(halflife, gap):
     assert fields["success_sum"] == 7.0 and fields["response_count"] == 16
     assert fields["recent_success"] == pytest.approx(6.0 * w + 1.0, rel=1e-12)
     assert fields["recent_count"] == pytest.approx(8 * w + 8, rel=1e-12)
+    np.testing.assert_allclose(h.pooled(["q"])[:, 0], [6.0 * w + 1.0, 8 * w + 8, w + 1], rtol=1e-12)  # recent sums
     restored = QuestionHistory(cap=1, stuck_after=1)
     restored.load_state_dict(h.state_dict())
     assert restored.halflife == halflife

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from grpo_monitor.inputs import InputTypeError, InputValueError, factorize, group_layout
+from references import advantages
 
 B, G = 12, 4
 
@@ -15,8 +16,7 @@ def batch():
     """Binary rewards (B, G) as float32 and their population z-scores (eps 1e-4)."""
     gen = torch.Generator().manual_seed(0)
     r = (torch.rand(B, G, generator=gen) < torch.rand(B, 1, generator=gen)).float()
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, correction=0) + 1e-4)
-    return r, a
+    return r, advantages(r, "population", 1e-4)
 
 
 def step_metrics(make_monitor, rewards, advantages, group_size=None, **kw):

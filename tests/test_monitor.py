@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import grpo_monitor.sync as sync_module
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro, replay
+from references import advantages
 
 REQUIRED_KEYS = (
     "grpo/groups/total", "grpo/groups/degenerate_rate", "grpo/groups/effective_prompts", "grpo/reward/mean",
@@ -24,8 +25,7 @@ REQUIRED_KEYS = (
 
 def population(r: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """Population z-scores per row of ``r`` (B, G) in float32 (TRL-like stabilizer)."""
-    r = r.float()
-    return (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, correction=0) + eps)
+    return advantages(r.float(), "population", eps)
 
 
 def binary(seed: int, B: int = 32, G: int = 8) -> torch.Tensor:
@@ -41,7 +41,7 @@ def hazard_batch(seed: int = 0, B: int = 16, G: int = 8, eps: float = 1e-9):
     """
     r = binary(seed, B, G)
     r[3] = 0.7
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + eps)
+    a = advantages(r, "bessel", eps)
     uids = np.repeat(np.array([f"uid-{i:03d}" for i in range(B)], dtype=object), G)
     return r.reshape(-1), a.reshape(-1), uids
 
@@ -118,7 +118,7 @@ def _advance(mon, steps: int) -> None:
     """``steps`` clean steps in the hazard batch's convention (Bessel, eps 1e-6)."""
     r = binary(9)
     for _ in range(steps):
-        mon.observe_rollout(r, advantages=(r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6))
+        mon.observe_rollout(r, advantages=advantages(r, "bessel", 1e-6))
         assert mon.end_step().violations == []
 
 
@@ -286,7 +286,7 @@ def test_row_permutation_with_ids_leaves_metrics_unchanged(make_monitor, seed, G
 def test_advantage_histogram_is_a_bounded_sample_of_the_step_advantages():
     """report.histograms['grpo/adv/values'] holds at most 1024 of the step's own advantages, spread over the batch."""
     r = (torch.rand(3000, 4, generator=torch.Generator().manual_seed(0)) < 0.5).double()
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-4)
+    a = advantages(r, "population", 1e-4)
     mon = GRPOMonitor(MonitorConfig(group_size=4, strict=True))
     mon.observe_rollout(r, advantages=a)
     values = mon.end_step().histograms["grpo/adv/values"]

@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
+from references import advantages
 
 G = 4
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 QUESTIONS = ["q0", "q1", "q2"]
 
 

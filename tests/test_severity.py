@@ -12,6 +12,7 @@ import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.checks import residue_bound
+from references import advantages
 
 
 def _batch(constant: float, G: int, B: int = 16, scale: float = 90.0, offset: float = 10.0, seed: int = 0):
@@ -78,7 +79,7 @@ def test_verl_default_residue_is_a_warning_with_its_cause(caplog):
     warning with its magnitude and cause, the run goes on under on_violation="raise"."""
     r = (torch.rand(16, 8, generator=torch.Generator().manual_seed(1)) < 0.5).float()
     r[3] = 0.7
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)
+    a = advantages(r, "bessel", 1e-6)  # verl's torch.std + 1e-6
     mon = GRPOMonitor(MonitorConfig(group_size=8, std_convention="bessel", stabilizer=1e-6))
     with caplog.at_level(logging.WARNING, logger="grpo_monitor"), pytest.warns(RuntimeWarning, match="float32 residue"):
         mon.observe_rollout(r, advantages=a)
@@ -95,7 +96,7 @@ def test_a_constant_group_that_acts_like_a_real_one_is_an_error(tmp_path):
     r = (torch.rand(16, 8, generator=torch.Generator().manual_seed(0)) < torch.rand(16, 1,
          generator=torch.Generator().manual_seed(1))).float()
     r[3] = 0.7
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-9)
+    a = advantages(r, "bessel", 1e-9)
     mon = GRPOMonitor(MonitorConfig(group_size=8, repro_dir=str(tmp_path)))
     with pytest.raises(InvariantViolation, match="degenerate_zero' broken") as info:
         mon.observe_rollout(r, advantages=a)
@@ -107,7 +108,7 @@ def test_residue_nothing_explains_is_an_error(tmp_path):
     stabilizer 1e-4 explains at most 0.038, so it stays an error."""
     r = (torch.rand(16, 8, generator=torch.Generator().manual_seed(2)) < 0.5).double()
     r[3] = 1.0
-    a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-4)
+    a = advantages(r, "population", 1e-4)
     a[3] = 0.1 * a[torch.arange(16) != 3].abs().median()
     mon = GRPOMonitor(MonitorConfig(group_size=8, std_convention="population", stabilizer=1e-4,
                                     repro_dir=str(tmp_path), policies={"zero_group_mean": "ignore"}))

@@ -7,11 +7,11 @@ import math
 from fractions import Fraction
 
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_monitor import theory
+from references import advantages
 
 # ----------------------------------------------------------- independent reference
 # Plain-Python enumeration of all 2^G ordered binary groups: probabilities and centered
@@ -162,15 +162,13 @@ def test_retained_conditional_matches_enumeration(G, estimator):
 def test_enumeration_of_an_advantage_function():
     """expected_gradient_of scores torch advantage functions like the enumeration does."""
 
-    def standardized(r):
-        centered = r - r.mean(dim=1, keepdim=True)
-        std = r.std(dim=1, keepdim=True, correction=1)
-        return torch.where(std > 0, centered / (std + 1e-6), torch.zeros_like(r))
+    def standardized(r):  # Bessel z-scores; an all-equal group's centred rewards are exactly 0
+        return advantages(r, "bessel", 1e-6)
 
     functions = {
         "reinforce": lambda r: r.clone(),
-        "centered": lambda r: r - r.mean(dim=1, keepdim=True),
-        "leave_one_out": lambda r: r - (r.sum(dim=1, keepdim=True) - r) / (r.shape[1] - 1),
+        "centered": lambda r: advantages(r, "none"),
+        "leave_one_out": lambda r: advantages(r, "leave_one_out"),
     }
     for G in (2, 4, 6):
         for p in SMALL_P:

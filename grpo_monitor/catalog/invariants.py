@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ..config import MonitorConfig
 
 Severity = Literal["error", "warning"]
-Side = Literal["rollout", "tokens", "steps"]
+Side = Literal["rollout", "tokens", "steps", "replay"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,6 +79,10 @@ _RECORDS = (
               "float32 rounding of a constant group's std with a tiny stabilizer, or an epsilon used as a floor",
               "rollout", "degenerate_ratio", "error",
               _tol("degenerate_ratio", "|advantage| <= {:g} x typical |advantage| in all-equal groups")),
+    Invariant("one_nonzero_per_group", "with a pass@k estimator, at most one row per group has a nonzero advantage, "
+              "and it is a best-rewarded row", "a pass@k estimator that credits every row, or the wrong row of the group",
+              "replay", "zero_group_mean",
+              "error", _tol("zero_group_mean", "one row with |advantage| > {:g} x typical per group, a best one")),
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
               "or a stabilizer that changes", "steps", "convention", "error", _convention),

@@ -25,6 +25,8 @@ from .invariants import INVARIANTS
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
 STEP_KEY = "grpo/step"
+#: The monitor's own health: how many of its parts are switched off by an internal fault.
+DISABLED_PARTS_KEY = "grpo/monitor/disabled_parts"
 
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -295,7 +297,7 @@ def _tokens() -> list[Metric]:
 def _monitor_and_integrations() -> list[Metric]:
     trl = dict(section="Integrations", source="integration", needs="the TRL integration")
     return [
-        _m("grpo/monitor/disabled_parts", "parts", "host-side count of this process", "last", "Parts of the "
+        _m(DISABLED_PARTS_KEY, "parts", "host-side count of this process", "last", "Parts of the "
            "monitor switched off by an internal fault (fail-open); above 0 some checks no longer run.",
            section="Monitor", source="end_step"),
         _m("grpo/trl/frac_reward_zero_std", "fraction", "TRL's own value, averaged over the step's rollouts",
@@ -323,6 +325,11 @@ def _catalogue() -> Mapping[str, Metric]:
 
 #: Every key the monitor emits: key -> :class:`Metric`, in section display order.
 METRICS: Mapping[str, Metric] = _catalogue()
+
+#: The ``grpo/<name>`` parts of the key space the monitor writes itself (every catalogued key but the
+#: integrations', and the step axis): ``GRPOMonitor.add_metrics`` refuses user keys in them.
+MONITOR_SECTIONS: tuple[str, ...] = tuple(sorted(
+    {key.split("/")[1] for key, m in METRICS.items() if m.source != "integration"} | {STEP_KEY.split("/")[1]}))
 
 
 def section_of(key: str) -> str | None:

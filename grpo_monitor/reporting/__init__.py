@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 from .data import RunData, find_log, load_run
+from .figures import FIGURES, how_to_log
 from .html import render_page
-from .plots import FIGURES, FigureSpec
+from .plots_core import FigureSpec
 from .records import LogFormatError, read_step_records
 
 __all__ = [
@@ -29,26 +30,36 @@ def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], lis
         fig = spec.draw(run)
         if fig is None:
             if spec.name != "violations":
-                notes.append(f"{spec.title}: no data in this run.")
+                notes.append(f"{spec.title}: no data in this run (logged when you {how_to_log(spec)}).")
             continue
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
-        figures.append((spec.name, spec.title, spec.caption, buffer.getvalue()))
+        figures.append((spec.name, spec.title, spec.caption(run), buffer.getvalue()))
     return figures, notes
+
+
+def shown_keys(names: set[str] | list[str]) -> set[str]:
+    """The metric keys drawn or stated by the named figures."""
+    return {key for spec in FIGURES if spec.name in names for key in spec.keys}
 
 
 def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> Path:
     """Write ``plots/<name>.png`` and ``report.html`` into ``out_dir`` (default: the run folder).
 
-    Returns the path of the HTML page.
+    Returns the path of the HTML page. PNGs of figures an earlier build drew and this run
+    lacks are removed, so ``plots/`` always matches the page.
     """
     data = load_run(run)
     out = Path(out_dir) if out_dir is not None else data.path.parent
     plots = out / "plots"
     plots.mkdir(parents=True, exist_ok=True)
     figures, notes = render_figures(data)
+    drawn = {name for name, _, _, _ in figures}
+    for spec in FIGURES:
+        if spec.name not in drawn:
+            (plots / f"{spec.name}.png").unlink(missing_ok=True)
     for name, _, _, png in figures:
         (plots / f"{name}.png").write_bytes(png)
     page = out / "report.html"
-    page.write_text(render_page(data, figures, notes), encoding="utf-8")
+    page.write_text(render_page(data, figures, notes, shown=shown_keys(drawn)), encoding="utf-8")
     return page

@@ -2,7 +2,7 @@
 
 The log is the JSONL sink's output (one ``StepReport.to_dict()`` per line, each checked
 by :mod:`.records`). A demo run also holds ``theory.jsonl``: what the policy's own success
-probabilities predict per step.
+probabilities predict per step, and those probabilities group by group.
 """
 
 from __future__ import annotations
@@ -48,6 +48,8 @@ class RunData:
     theory: dict[str, np.ndarray]
     failed_step: int | None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Per-group columns of ``theory.jsonl`` (``trained_p``, ``generated_p``) by step; None where absent.
+    theory_groups: dict[str, list[list[float] | None]] = dataclasses.field(default_factory=dict)
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -100,10 +102,11 @@ def load_run(run: str | os.PathLike) -> RunData:
     histograms = {k: [(records[s].get("histograms") or {}).get(k) for s in steps] for k in hist_keys}
     marks = [_mark(v, int(s), bool(records[s].get("failed"))) for s in steps for v in records[s].get("violations") or []]
     failed = [int(s) for s in steps if records[s].get("failed")]
+    theory, theory_groups = _theory(log.parent / THEORY_NAME, steps)
     return RunData(
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
-        conventions=[records[s].get("convention") for s in steps], theory=_theory(log.parent / THEORY_NAME, steps),
-        failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME),
+        conventions=[records[s].get("convention") for s in steps], theory=theory,
+        failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
     )
 
 
@@ -139,10 +142,10 @@ def _meta(path: Path) -> dict[str, Any]:
     return meta if isinstance(meta, dict) else {}
 
 
-def _theory(path: Path, steps: np.ndarray) -> dict[str, np.ndarray]:
-    """Scalar columns of ``theory.jsonl`` aligned with ``steps`` (empty when absent)."""
+def _theory(path: Path, steps: np.ndarray) -> tuple[dict[str, np.ndarray], dict[str, list[list[float] | None]]]:
+    """Scalar columns of ``theory.jsonl`` aligned with ``steps``, and its per-group lists (both empty when absent)."""
     if not path.is_file():
-        return {}
+        return {}, {}
     rows = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
@@ -152,4 +155,14 @@ def _theory(path: Path, steps: np.ndarray) -> dict[str, np.ndarray]:
         if isinstance(row, dict) and isinstance(row.get("step"), int):
             rows[row["step"]] = row
     keys = sorted({k for r in rows.values() for k, v in r.items() if isinstance(v, (int, float)) and k != "step"})
-    return {k: np.array([_num(rows.get(int(s), {}).get(k)) for s in steps]) for k in keys}
+    scalars = {k: np.array([_num(rows.get(int(s), {}).get(k)) for s in steps]) for k in keys}
+    lists = sorted({k for r in rows.values() for k, v in r.items() if isinstance(v, list)})
+    groups = {k: [_numbers(rows.get(int(s), {}).get(k)) for s in steps] for k in lists}
+    return scalars, groups
+
+
+def _numbers(value: Any) -> list[float] | None:
+    """A list of numbers as floats; None for anything else."""
+    if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
+        return None
+    return [float(v) for v in value]

@@ -6,13 +6,15 @@ import base64
 import datetime
 import html
 import math
-from typing import Sequence
+from typing import Collection, Sequence
 
 import numpy as np
 
 from .data import RunData
+from .facts import Spans, degenerate_check, ends, plural, spans
+from .locations import where_else
 
-#: (label, key, format) of the summary table: the first and last tenth of the run.
+#: (label, key, format) of the summary table: the start of the run against its end.
 SUMMARY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("degenerate rate (training batch)", "grpo/groups/degenerate_rate", "{:.1%}"),
     ("degenerate rate, iid prediction", "grpo/groups/degenerate_rate_iid", "{:.1%}"),
@@ -20,8 +22,13 @@ SUMMARY_METRICS: tuple[tuple[str, str, str], ...] = (
     ("effective prompts", "grpo/groups/effective_prompts", "{:.1f}"),
     ("mean reward", "grpo/reward/mean", "{:.3f}"),
     ("responses per retained group", "grpo/sampling/responses_per_retained_group", "{:.1f}"),
-    ("KL k3 per token", "grpo/kl/k3_mean", "{:.4f}"),
+    ("KL k3 per token", "grpo/kl/k3_mean", "{:.3g}"),
+    ("importance ratio (mean)", "grpo/ratio/mean", "{:.4f}"),
+    ("clip fraction", "grpo/ratio/clip_frac", "{:.1%}"),
+    ("response length (tokens)", "grpo/tokens/response_length_mean", "{:.2f}"),
+    ("live-token fraction", "grpo/tokens/live_fraction", "{:.1%}"),
     ("advantage std, live groups", "grpo/adv/live_std_mean", "{:.4f}"),
+    ("stabilizer epsilon", "grpo/adv/stabilizer", "{:.2g}"),
     ("max |group mean advantage|", "grpo/adv/group_mean_abs_max", "{:.2e}"),
 )
 
@@ -33,12 +40,16 @@ h1{font-size:1.5em;margin:0 0 4px}h2{font-size:1.15em;margin:28px 0 8px}
 .status{padding:12px 16px;border-radius:6px;margin:16px 0;font-weight:600}
 .ok{background:#dafbe1;border:1px solid #4ac26b}.warn{background:#fff8c5;border:1px solid #d4a72c}
 .fail{background:#ffebe9;border:1px solid #ff8182}
+.check{background:#fff;border-left:4px solid #0969da;padding:8px 12px;margin:12px 0}
 table{border-collapse:collapse;width:100%;background:#fff;font-size:.9em}
 th,td{border:1px solid #d0d7de;padding:5px 8px;text-align:left;vertical-align:top}
 th{background:#eef1f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 td.msg{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:.82em;white-space:pre-wrap;word-break:break-word}
+ul.where{background:#fff;border:1px solid #d0d7de;border-radius:6px;padding:10px 10px 10px 30px;font-size:.9em}
+ul.where li{margin:3px 0}code{font-size:.9em;word-break:break-all}
 figure{background:#fff;border:1px solid #d0d7de;border-radius:6px;margin:16px 0;padding:10px}
-figure img{width:100%;height:auto;display:block}figcaption{color:#57606a;font-size:.88em;margin-top:6px}
+figure img{width:100%;height:auto;display:block}figcaption{color:#3d444d;font-size:.88em;margin-top:6px}
+details{margin:16px 0}summary{cursor:pointer;font-weight:600}td.what{font-size:.82em;color:#3d444d}
 """
 
 #: Marks the body once every image has decoded (read by the browser test).
@@ -57,39 +68,59 @@ def _fmt(value: float, fmt: str) -> str:
     return "n/a" if value is None or not math.isfinite(value) else fmt.format(value)
 
 
-def _ends(values: np.ndarray) -> tuple[float, float]:
-    """Mean of the finite values in the first and in the last tenth of the run."""
-    n = max(1, len(values) // 10)
-    head, tail = values[:n], values[-n:]
-    first = float(np.mean(head[np.isfinite(head)])) if np.isfinite(head).any() else math.nan
-    last = float(np.mean(tail[np.isfinite(tail)])) if np.isfinite(tail).any() else math.nan
-    return first, last
-
-
 def status_block(run: RunData) -> str:
     """The green/orange/red banner at the top of the page."""
     n = len(run.violations)
-    steps = len(run.steps)
+    steps = plural(len(run.steps), "step")
     if run.failed_step is not None:
         names = sorted({m.invariant for m in run.violations if m.failed})
         return (f'<div class="status fail" id="status">Run stopped at step {run.failed_step} by a breach of '
                 f'{_esc(", ".join(names))}. See the message and the repro file below.</div>')
     if n:
-        return f'<div class="status warn" id="status">{n} violation(s) in {steps} steps; the run went on.</div>'
-    return f'<div class="status ok" id="status">Clean: no invariant broke in {steps} steps.</div>'
+        return f'<div class="status warn" id="status">{plural(n, "violation")} in {steps}; the run went on.</div>'
+    return f'<div class="status ok" id="status">Clean: no invariant broke in {steps}.</div>'
+
+
+def check_block(run: RunData) -> str:
+    """The run-level count of degenerate groups against its prediction, with the z-score; empty without one."""
+    check = degenerate_check(run)
+    return "" if check is None else f'<p class="check" id="run-check">{_esc(check.sentence())}</p>'
+
+
+def _span_headers(run: RunData, span: Spans) -> list[str]:
+    steps = run.steps.tolist()
+    if span.single:
+        return [f"step {steps[0]}"]
+    if span.by_step:
+        return [f"first step ({steps[0]})", f"last step ({steps[-1]})"]
+    head, tail = steps[:span.size], steps[-span.size:]
+    return [f"first tenth ({_step_range(head)})", f"last tenth ({_step_range(tail)})"]
+
+
+def _step_range(steps: list[int]) -> str:
+    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}&ndash;{steps[-1]}"
 
 
 def summary_table(run: RunData) -> str:
-    rows = [
-        f"<tr><th>step</th><td class=num>{int(run.steps[0])}</td><td class=num>{int(run.steps[-1])}</td></tr>",
-        f"<tr><th>std convention</th><td colspan=2>{_esc(run.convention or 'n/a')}</td></tr>",
-    ]
+    """Start against end of the run for the headline metrics it logged (one column for a 1-step run)."""
+    span = spans(len(run.steps))
+    headers = _span_headers(run, span)
+    width = len(headers)
+    rows = [f'<tr><th>std convention</th><td colspan={width}>{_esc(run.convention or "n/a")}</td></tr>']
     for label, key, fmt in SUMMARY_METRICS:
         if run.has(key):
-            first, last = _ends(run.series(key))
-            rows.append(f"<tr><th>{_esc(label)}</th><td class=num>{_fmt(first, fmt)}</td><td class=num>{_fmt(last, fmt)}</td></tr>")
-    head = "<tr><th></th><th>first tenth</th><th>last tenth</th></tr>"
+            values = ends(run.series(key), span)[-width:]
+            cells = "".join(f"<td class=num>{_fmt(v, fmt)}</td>" for v in values)
+            rows.append(f"<tr><th>{_esc(label)}</th>{cells}</tr>")
+    head = "<tr><th></th>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>"
     return f'<table id="summary">{head}{"".join(rows)}</table>'
+
+
+def where_block(run: RunData) -> str:
+    """The run's other outputs that exist next to the log: JSONL, TensorBoard, W&B, repro files."""
+    items = [f"<li><b>{_esc(loc.kind)}</b>: <code>{_esc(loc.path)}</code><br><span class=meta>{_esc(loc.how)}</span></li>"
+             for loc in where_else(run.path)]
+    return f'<ul class="where" id="where">{"".join(items)}</ul>'
 
 
 def violations_table(run: RunData, limit: int = 50) -> str:
@@ -109,22 +140,48 @@ def figure_block(name: str, title: str, caption: str, png: bytes) -> str:
             f"<figcaption><b>{_esc(title)}.</b> {_esc(caption)}</figcaption></figure>")
 
 
-def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], notes: Sequence[str] = ()) -> str:
-    """The whole page; ``figures`` are (name, title, caption, PNG bytes)."""
+def other_metrics(run: RunData, shown: Collection[str]) -> str:
+    """Every logged metric no figure shows: its meaning (from the catalogue), start, end, min and max, collapsed."""
+    from ..catalog.metrics import METRICS
+
+    keys = [k for k in sorted(run.metrics) if k not in shown and run.has(k)]
+    if not keys:
+        return ""
+    span = spans(len(run.steps))
+    headers = _span_headers(run, span)
+    rows = []
+    for key in keys:
+        values = run.series(key)
+        finite = values[np.isfinite(values)]
+        cells = [*ends(values, span)[-len(headers):], float(finite.min()), float(finite.max())]
+        meaning = METRICS[key].meaning if key in METRICS else "not a monitor key (add_metrics, or another writer)"
+        rows.append(f"<tr><th><code>{_esc(key)}</code></th><td class=what>{_esc(meaning)}</td>"
+                    + "".join(f"<td class=num>{v:.4g}</td>" for v in cells) + "</tr>")
+    head = "<tr><th>metric</th><th>meaning</th>" + "".join(f"<th>{h}</th>" for h in headers) + "<th>min</th><th>max</th></tr>"
+    return (f'<details id="other-metrics"><summary>Other logged metrics ({plural(len(keys), "key")} not in a figure)'
+            f'</summary><table>{head}{"".join(rows)}</table></details>')
+
+
+def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], notes: Sequence[str] = (),
+                shown: Collection[str] = frozenset()) -> str:
+    """The whole page; ``figures`` are (name, title, caption, PNG bytes), ``shown`` the keys they display."""
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     meta = ", ".join(f"{k}={v}" for k, v in run.meta.items() if isinstance(v, (int, float, str, bool)))
+    steps = run.steps.tolist()
+    covered = f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}&ndash;{steps[-1]}"
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>grpo-monitor report: {_esc(run.path.parent.name or run.path.name)}</title>",
         f"<style>{_CSS}</style></head><body><main>",
         "<h1>grpo-monitor report</h1>",
-        f'<div class="meta">{_esc(run.path)} &middot; {len(run.steps)} steps &middot; generated {when}'
+        f'<div class="meta">{_esc(run.path)} &middot; {plural(len(steps), "step")} ({covered}) &middot; generated {when}'
         + (f"<br>{_esc(meta)}" if meta else "") + "</div>",
-        status_block(run), "<h2>Summary</h2>", summary_table(run),
-        "<h2>Violations</h2>", violations_table(run), "<h2>Figures</h2>",
+        status_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
+        "<h2>Violations</h2>", violations_table(run), "<h2>Where else to look</h2>", where_block(run),
+        "<h2>Figures</h2>",
     ]
     parts += [figure_block(*fig) for fig in figures]
-    parts += [f'<p class="meta">{_esc(note)}</p>' for note in notes]
-    parts += [f"<script>{_SCRIPT}</script>", "</main></body></html>"]
+    parts += [f'<p class="meta note">{_esc(note)}</p>' for note in notes]
+    parts += [other_metrics(run, shown), f"<script>{_SCRIPT}</script>", "</main></body></html>"]
     return "\n".join(parts)

@@ -6,6 +6,7 @@ import importlib.util
 import math
 from typing import Any, Sequence
 
+from ..catalog.metrics import summary_for
 from ..report import StepReport
 from .base import Sink
 from .layout import STEP_KEY
@@ -22,11 +23,6 @@ def _require_wandb() -> None:
         )
 
 
-def _summary_for(key: str) -> str:
-    """Run-summary aggregate of a scalar: violation counts keep their max, others their last."""
-    return "max" if key.startswith("grpo/invariants/") else "last"
-
-
 def _cell(value: Any) -> Any:
     return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
@@ -38,7 +34,8 @@ class WandbSink(Sink):
     is already active (TRL and the HF Trainer start one: ``wandb.run`` is not None), logs
     into that run instead of opening a second one; else calls
     ``wandb.init(**wandb_init_kwargs)`` on first use. Scalars get a summary defined on
-    their exact key as they first appear (``max`` for ``grpo/invariants/...``, ``last``
+    their exact key as they first appear (the catalogue's
+    :func:`~grpo_monitor.catalog.metrics.summary_for`: ``max`` for violation counts, ``last``
     otherwise); histograms go out as ``wandb.Histogram``; each table of the report (the
     per-question ``grpo/questions``) as a ``wandb.Table`` every ``table_every`` steps and
     on the failing step. Each violation raises ``run.alert`` (level ERROR when the step
@@ -93,7 +90,7 @@ class WandbSink(Sink):
         run = self.run
         for key in metrics:
             if key not in self._defined:
-                run.define_metric(key, step_metric=self.step_key, summary=_summary_for(key))
+                run.define_metric(key, step_metric=self.step_key, summary=summary_for(key))
                 self._defined.add(key)
         return {key: float(value) for key, value in metrics.items()}
 

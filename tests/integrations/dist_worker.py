@@ -18,6 +18,9 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for the shared references when run as a script
+from references import population_of_groups  # noqa: E402
+
 G = 4
 GROUPS_PER_RANK = 4
 T = 5
@@ -26,12 +29,10 @@ WORLD_SIZE_DEFAULT = 2
 
 def population_advantages(rewards: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """(r - mean) / (population std + eps) per row of a (B, G) table, NaN rows excluded and set to 0 (float64)."""
-    r = rewards.double()
-    valid = ~torch.isnan(r)
-    n = valid.sum(1, keepdim=True).clamp(min=1)
-    mean = torch.where(valid, r, 0.0).sum(1, keepdim=True) / n
-    std = (torch.where(valid, (r - mean) ** 2, 0.0).sum(1, keepdim=True) / n).sqrt()
-    return torch.where(valid, (r - mean) / (std + eps), 0.0)
+    B, width = rewards.shape
+    rows = [list(range(i * width, (i + 1) * width)) for i in range(B)]
+    adv = population_of_groups(rewards.double().reshape(-1).tolist(), rows, eps)
+    return torch.tensor(adv, dtype=torch.float64).reshape(B, width)
 
 
 def shard(step: int, rank: int, world: int) -> dict[str, torch.Tensor]:

@@ -17,7 +17,7 @@ from trl.trainer.utils import nanstd  # noqa: E402
 from grpo_monitor import InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
-from grpo_monitor.stats.conventions import CONVENTIONS  # noqa: E402
+from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
 
 
 def _train_logs(trainer) -> dict[int, dict]:
@@ -28,9 +28,9 @@ def _train_logs(trainer) -> dict[int, dict]:
 @pytest.mark.parametrize(
     "how, scale_rewards, convention",
     [
-        pytest.param("attach", "group", "bessel", id="attach-group-bessel"),
-        pytest.param("callback", "batch", "batch", id="callback-batch"),
-        pytest.param("attach", "none", "none", id="attach-none"),
+        pytest.param("attach", "group", "trl.group", id="attach-group-bessel"),
+        pytest.param("callback", "batch", "trl.batch", id="callback-batch"),
+        pytest.param("attach", "none", "trl.none", id="attach-none"),
     ],
 )
 def test_healthy_run_logs_grpo_metrics_every_step(how, scale_rewards, convention, tiny_model_path, tmp_path):
@@ -55,7 +55,7 @@ def test_healthy_run_logs_grpo_metrics_every_step(how, scale_rewards, convention
         assert rec["violations"] == [] and m["grpo/invariants/violations"] == 0
         assert m["grpo/groups/total"] == 2  # 8 completions / num_generations 4
         if m["grpo/groups/effective_prompts"] > 0:
-            assert m["grpo/adv/convention_id"] == CONVENTIONS.index(convention)
+            assert m["grpo/adv/convention_id"] == list(ESTIMATORS).index(convention)
         assert m["grpo/reward/mean"] == pytest.approx(trl["reward"], rel=1e-5)
         assert m["grpo/kl/k3_mean"] == pytest.approx(trl["kl"], rel=1e-3, abs=1e-7)
         assert m["grpo/tokens/adv_row_spread_max"] == 0.0
@@ -148,7 +148,7 @@ def test_config_fields_come_from_the_trainer_and_conflicts_are_worded(tiny_model
     """Unset fields are read from the trainer; a group_size that disagrees with num_generations is refused."""
     trainer = make_trainer(tiny_model_path, tmp_path / "out", epsilon=0.1, epsilon_high=0.28)
     cfg = gtrl.config_from_trainer(trainer, MonitorConfig(on_violation="warn", tolerances={"zero_group_mean": 1e-2}))
-    assert (cfg.group_size, cfg.std_convention, cfg.stabilizer) == (4, "bessel", 1e-4)
+    assert (cfg.group_size, cfg.std_convention, cfg.stabilizer) == (4, "trl.group", None)
     assert cfg.clip_range == (0.1, 0.28) and cfg.kl_clamp is None and cfg.rollout_scope == "global"
     assert cfg.on_violation == "warn" and cfg.tolerances.zero_group_mean == 1e-2
     with pytest.raises(ValueError, match=r"config.group_size=8 but the trainer needs 4"):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from typing import Callable
+
 import pytest
 import torch
 
@@ -16,7 +18,7 @@ with warnings.catch_warnings():
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.integrations import verl as gverl  # noqa: E402
-from grpo_monitor.stats.conventions import CONVENTIONS  # noqa: E402
+from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
 
 G, T = 8, 6
 
@@ -57,11 +59,11 @@ def reference_degenerate_rate(scores: torch.Tensor, uid: np.ndarray) -> float:
 @pytest.mark.parametrize(
     "name, kwargs, convention",
     [
-        pytest.param("grpo", {}, "bessel", id="grpo"),
-        pytest.param("grpo", {"norm_adv_by_std_in_grpo": False}, "none", id="grpo-no-std"),
-        pytest.param("grpo_vectorized", {}, "bessel", id="grpo-vectorized"),
-        pytest.param("rloo", {}, "leave_one_out", id="rloo"),
-        pytest.param("rloo_vectorized", {}, "leave_one_out", id="rloo-vectorized"),
+        pytest.param("grpo", {}, "verl.grpo", id="grpo"),
+        pytest.param("grpo", {"norm_adv_by_std_in_grpo": False}, "verl.grpo_no_std", id="grpo-no-std"),
+        pytest.param("grpo_vectorized", {}, "verl.grpo_vectorized", id="grpo-vectorized"),
+        pytest.param("rloo", {}, "verl.rloo", id="rloo"),
+        pytest.param("rloo_vectorized", {}, "verl.rloo_vectorized", id="rloo-vectorized"),
     ],
 )
 def test_healthy_shuffled_batch_passes(name, kwargs, convention, monitor):
@@ -73,7 +75,7 @@ def test_healthy_shuffled_batch_passes(name, kwargs, convention, monitor):
     report = monitor.end_step()
     assert report.violations == []
     assert report.metrics["grpo/groups/degenerate_rate"] == reference_degenerate_rate(scores, uid)
-    assert report.metrics["grpo/adv/convention_id"] == CONVENTIONS.index(convention)
+    assert report.metrics["grpo/adv/convention_id"] == list(ESTIMATORS).index(convention)
     assert report.metrics["grpo/tokens/valid"] == mask.sum().item()
 
 
@@ -192,5 +194,44 @@ def test_attach_errors_are_worded():
     try:
         with pytest.raises(RuntimeError, match="already attached; call detach"):
             gverl.attach(mon)
+    finally:
+        gverl.detach()
+
+
+def _buggy(name: str, divide: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
+    """A verl estimator function named ``name`` whose division by the group std is ``divide(centred, std)``."""
+
+    def estimator(token_level_rewards, response_mask, index, epsilon=1e-6, norm_adv_by_std_in_grpo=True, config=None):
+        scores = token_level_rewards.sum(-1)
+        ids = {u: i for i, u in enumerate(dict.fromkeys(index.tolist()))}
+        gid = torch.tensor([ids[u] for u in index.tolist()])
+        mean = torch.zeros(len(ids)).index_add_(0, gid, scores) / torch.bincount(gid).float()
+        std = torch.stack([scores[gid == g].std() for g in range(len(ids))])
+        adv = divide(scores - mean[gid], std[gid] + epsilon if norm_adv_by_std_in_grpo else std[gid])
+        return adv.unsqueeze(-1) * response_mask, adv.unsqueeze(-1) * response_mask
+
+    estimator.__name__ = name
+    return estimator
+
+
+SWAPS = [
+    pytest.param("grpo", "compute_grpo_outcome_advantage", {}, lambda c, s: c / (s > 0).float().clamp(min=1),
+                 id="walrus-divides-by-True"),
+    pytest.param("grpo_vectorized", "compute_grpo_vectorized_outcome_advantage", {"norm_adv_by_std_in_grpo": False},
+                 lambda c, s: c / (s + 1e-6), id="vectorized-ignores-no-std"),
+]
+
+
+@pytest.mark.parametrize("slot, fname, kwargs, divide", SWAPS)
+def test_a_branch_computing_another_valid_convention_is_an_error(slot, fname, kwargs, divide, monkeypatch, tmp_path):
+    """The attach declares what verl was asked for, so a branch that computes another (valid) convention
+    raises InvariantViolation instead of matching "auto" silently."""
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, slot, _buggy(fname, divide))
+    rewards, mask, uid, _ = shuffled_batch()
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
+    gverl.attach(mon, estimators=(slot,))
+    try:
+        with pytest.raises(InvariantViolation, match="convention"):
+            core_algos.get_adv_estimator_fn(slot)(token_level_rewards=rewards, response_mask=mask, index=uid, **kwargs)
     finally:
         gverl.detach()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from references import advantages
+
 G, T, V = 4, 5, 6
 EPS = 1e-4
 
@@ -44,9 +46,7 @@ def grpo_batch(model: ToyPolicy, prompt_ids: torch.Tensor, generator: torch.Gene
     mask = (torch.arange(T)[None, :] < lengths[:, None]).float()
     logp = logp_all.gather(-1, tokens[..., None]).squeeze(-1)
     rewards = (((tokens == 0).float() * mask).sum(1) / mask.sum(1)).reshape(-1, G)
-    mean = rewards.mean(1, keepdim=True)
-    adv = (rewards - mean) / (rewards.std(1, correction=0, keepdim=True) + EPS)
-    return rewards, adv, mask, logp
+    return rewards, advantages(rewards, "population", EPS), mask, logp
 
 
 class ToyGRPOTrainerMixin:

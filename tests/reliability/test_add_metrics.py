@@ -12,9 +12,10 @@ import torch
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.inputs import InputTypeError, InputValueError
 from grpo_monitor.sinks.jsonl import JSONLSink
+from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 
 BAD = [
     pytest.param({"": 1.0}, InputValueError, "non-empty strings", id="empty-key"),

@@ -12,16 +12,23 @@ from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.history import QuestionHistory
 
 
+def _records(history: QuestionHistory) -> list[dict]:
+    """The history's records, least recently seen first, read from its public state."""
+    names = ("question_id", "times_seen", "times_filtered", "success_sum", "response_count", "last_reward_std",
+             "stuck_streak")
+    return [dict(zip(names, row)) for row in history.state_dict()["questions"]]
+
+
 def _reference_table(history: QuestionHistory, limit):
     """The table order by definition: most-filtered first, ties most recently seen first (a plain sort)."""
-    items = list(history._records.items())
-    order = sorted(range(len(items)), key=lambda i: (-items[i][1].times_filtered, -i))
-    return [items[i][0] for i in (order if limit is None else order[:limit])]
+    items = _records(history)
+    order = sorted(range(len(items)), key=lambda i: (-items[i]["times_filtered"], -i))
+    return [items[i]["question_id"] for i in (order if limit is None else order[:limit])]
 
 
 def _reference_stuck(history: QuestionHistory):
     """Stuck questions by definition: a full scan of the records."""
-    return [q for q, r in history._records.items() if r.stuck_streak >= history.stuck_after]
+    return [r["question_id"] for r in _records(history) if r["stuck_streak"] >= history.stuck_after]
 
 
 @settings(max_examples=60, deadline=None, database=None)

@@ -16,10 +16,11 @@ import grpo_monitor.sync as sync_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.history import QuestionHistory
 from grpo_monitor.conventions import ConventionTracker
-from grpo_monitor.metrics import DISABLED_PARTS_KEY as DISABLED
+from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
+from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 QUESTIONS = ["q0", "q1", "q2"]
 
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.inputs import InputTypeError, InputValueError
 from grpo_monitor.sinks.jsonl import encode_line
+from references import population_of_groups
 
 #: Examples per test; the file runs in well under a minute on two CPU cores.
 MAX_EXAMPLES = int(os.environ.get("GRPO_MONITOR_FUZZ_EXAMPLES", "150"))
@@ -87,24 +88,10 @@ def _advantages(draw, rewards: torch.Tensor, groups: list[list[int]]) -> dict:
         return {}
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
     if kind == "grpo":
-        adv = _reference_advantages(rewards.reshape(-1).double().tolist(), groups, draw(st.sampled_from((0.0, 1e-6, 1e-4))))
+        adv = population_of_groups(rewards.reshape(-1).double().tolist(), groups, draw(st.sampled_from((0.0, 1e-6, 1e-4))))
     else:
         adv = draw(reward_values(rewards.numel(), torch.float64)).tolist()
     return {"advantages": torch.tensor(adv, dtype=torch.float64).to(dtype).reshape(rewards.shape)}
-
-
-def _reference_advantages(r: list[float], groups: list[list[int]], eps: float) -> list[float]:
-    """Population z-scores per group in plain Python; 0 on NaN-reward rows."""
-    out = [0.0] * len(r)
-    for rows in groups:
-        vals = [r[i] for i in rows if not math.isnan(r[i])]
-        if not vals:
-            continue
-        mean = sum(vals) / len(vals)
-        std = math.sqrt(sum((x - mean) ** 2 for x in vals) / len(vals)) if all(map(math.isfinite, vals)) else math.nan
-        for i in rows:
-            out[i] = 0.0 if math.isnan(r[i]) else (r[i] - mean) / (std + eps) if std + eps > 0 else 0.0
-    return out
 
 
 def _breakable(kwargs: dict, broken: str | None, layout: str) -> bool:

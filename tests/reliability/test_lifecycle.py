@@ -12,9 +12,10 @@ import torch
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.guard import MonitorClosedError
 from grpo_monitor.sinks.jsonl import JSONLSink
+from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 
 CALLS = [
     pytest.param(lambda m: m.observe_rollout(R, advantages=ADV), "observe_rollout", id="observe_rollout"),

@@ -12,10 +12,11 @@ import torch
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro
 
 from multiuser import ATTACKER, VICTIM, mode_of, needs_root, plant_dir, run_as, shared_tmp
+from references import advantages
 
 G = 4
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
-GOOD = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+GOOD = advantages(R, "population", 1e-6)
 FLIPPED = -GOOD  # a sign flip: advantages decrease with reward
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from references import advantages
 
 STEPS, CHECKPOINT, SWITCH = 14, 6, 6  # the convention changes right at the resume: only the state can tell
 G, GROUPS, POOL = 8, 12, 30
@@ -28,8 +29,7 @@ def _batch(step: int):
     rewards = (torch.rand(GROUPS, G, generator=gen) < p).double()
     keep = (rewards.std(1) > 0).nonzero().flatten()
     kept = rewards[keep]
-    std = kept.std(1, keepdim=True, correction=1 if step >= SWITCH else 0)
-    adv = (kept - kept.mean(1, keepdim=True)) / (std + 1e-6)
+    adv = advantages(kept, "bessel" if step >= SWITCH else "population", 1e-6)
     if step == 3:
         adv[0, 0] = math.nan  # a `finite` breach before the checkpoint: its count must survive the resume
     return rewards, questions, kept, adv, [questions[i] for i in keep.tolist()]

@@ -11,9 +11,10 @@ from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.sinks.dispatch import SinkWarning
 from grpo_monitor.sinks.jsonl import JSONLSink, read_jsonl
+from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 STEPS = 40
 #: Steps at which an always-failing sink is tried: after its k-th failure in a row it sits out
 #: 2**(k-1) steps (1, 2, 4, 8) and the 5th failure disables it.

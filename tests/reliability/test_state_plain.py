@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from references import advantages
 
 G = 4
 ID_KINDS = {
@@ -51,7 +52,7 @@ def test_state_dict_is_plain_json_and_weights_only(kinds, seed, steps):
     for step in range(steps):
         for kind in kinds:
             r = torch.randint(0, 2, (3, G), generator=gen).float()
-            a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-6)
+            a = advantages(r, "population", 1e-6)
             ids = [ID_KINDS[kind](i) for i in range(3)]
             mon.observe_generation(r, question_ids=ids)
             mon.observe_rollout(r, advantages=a, question_ids=ids)

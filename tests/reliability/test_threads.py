@@ -9,6 +9,7 @@ import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks.jsonl import JSONLSink
+from references import advantages
 
 THREADS, STEPS_EACH, GROUPS, G = 8, 75, 8, 8
 
@@ -18,7 +19,7 @@ def _worker(mon: GRPOMonitor, seed: int, reports: list, start: threading.Barrier
     start.wait()
     for _ in range(STEPS_EACH):
         r = torch.randint(0, 2, (GROUPS, G), generator=gen).float()
-        a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-6)
+        a = advantages(r, "population", 1e-6)
         mon.observe_generation(r)
         mon.observe_rollout(r, advantages=a)
         reports.append(mon.end_step())

@@ -12,9 +12,10 @@ import torch
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.inputs import InputError, InputTypeError, InputValueError
 from grpo_monitor.violations import InvariantViolation
+from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])  # one live group, one degenerate
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 
 
 def _monitor(**config) -> GRPOMonitor:

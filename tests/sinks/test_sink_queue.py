@@ -21,10 +21,11 @@ import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks import JSONLSink, Sink, SinkSet, SinkWarning, read_jsonl
+from references import advantages
 
 ROOT = Path(__file__).resolve().parents[2]
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]])
-ADV = (R - R.mean(1, keepdim=True)) / (R.std(1, correction=0, keepdim=True) + 1e-6)
+ADV = advantages(R, "population", 1e-6)
 
 
 class Slow(Sink):

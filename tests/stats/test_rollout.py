@@ -15,6 +15,7 @@ from grpo_monitor.stats.conventions import (
 from grpo_monitor.stats.fields import FieldLayout
 from grpo_monitor.stats.rollout import GROUP_INVARIANTS, ROLLOUT_FIELDS, rollout_stats
 from grpo_monitor.stats.segments import Segments
+from references import advantages
 
 LAYOUT = FieldLayout(ROLLOUT_FIELDS)
 
@@ -23,8 +24,7 @@ def population_batch(seed: int, B: int = 50, G: int = 4, eps: float = 1e-4):
     """Binary rewards (B, G) in float64 and population z-score advantages."""
     rng = np.random.default_rng(seed)
     r = (rng.random((B, G)) < rng.random((B, 1))).astype(np.float64)
-    a = (r - r.mean(1, keepdims=True)) / (r.std(1, keepdims=True) + eps)
-    return r, a
+    return r, advantages(torch.from_numpy(r), "population", eps).numpy()
 
 
 def stats_dict(r: np.ndarray, a: np.ndarray | None, group_size=None) -> dict[str, float]:

@@ -350,6 +350,7 @@ def _reset_compile_state(monkeypatch):
     monkeypatch.setattr(tk, "_COMPILED", {})
 
 
+@pytest.mark.slow  # a cold torch.compile build: ~45 s on 2 cores
 @pytest.mark.timeout(600)
 def test_compiled_path_agrees_with_eager_and_does_not_recompile(monkeypatch):
     """torch.compile and eager give the same statistics; a new (B, T) reuses the compiled kernel."""
@@ -477,6 +478,7 @@ def test_fast_exponentials_match_float64():
     assert big[:2].isinf().all() and big[2].item() == pytest.approx(1e5 - 1, rel=1e-6)
 
 
+@pytest.mark.slow  # a cold torch.compile build: 15-50 s on 2 cores
 @pytest.mark.timeout(600)
 def test_compiled_path_matches_float64_reference(monkeypatch):
     """The compiled pass (polynomial exponentials, float32 per-lane row sums) agrees with float64 at 1M tokens.

@@ -1,13 +1,14 @@
-"""From reduced sufficient statistics (host floats) to the ``grpo/...`` metric keys.
+"""From reduced sufficient statistics (host floats) to the ``grpo/...`` metric values.
 
-A reader finds each metric's definition here by its key.
+A reader finds how each metric's value is derived here by its key; what the key means,
+its section and its aggregation are catalogued in :mod:`grpo_monitor.catalog.metrics`.
 """
 
 from __future__ import annotations
 
 import math
 
-from .stats.conventions import CONVENTIONS
+from .catalog.metrics import MONITOR_SECTIONS
 
 
 def _ratio(num: float, den: float) -> float:
@@ -56,8 +57,14 @@ def _finite_or_zero(x: float) -> float:
 
 
 def convention_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
-    """The convention in use as numbers: its index in ``CONVENTIONS`` (-1: none fits)."""
-    out = {"grpo/adv/convention_id": float(CONVENTIONS.index(name)) if name in CONVENTIONS else -1.0}
+    """The estimator in use as numbers: its index in ``grpo_monitor.ESTIMATORS`` (-1: none fits).
+
+    The five classic conventions come first, in ``CONVENTIONS`` order, so their indices are unchanged.
+    """
+    from .estimators.registry import ESTIMATORS
+
+    names = list(ESTIMATORS)
+    out = {"grpo/adv/convention_id": float(names.index(name)) if name in ESTIMATORS else -1.0}
     if stabilizer is not None:
         out["grpo/adv/stabilizer"] = stabilizer
     return out
@@ -81,13 +88,6 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
         out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
     return out
-
-
-#: Sections of the key space the monitor writes itself: ``add_metrics`` refuses keys in them.
-MONITOR_SECTIONS = ("adv", "groups", "invariants", "kl", "monitor", "questions", "ratio", "reward", "rows",
-                    "sampling", "step", "tokens")
-#: The monitor's own health: how many of its parts are switched off by an internal fault.
-DISABLED_PARTS_KEY = "grpo/monitor/disabled_parts"
 
 
 def user_metrics(metrics: object) -> dict[str, float]:

@@ -1,0 +1,59 @@
+"""The report's figures in page order: one record per figure (name, title, keys, drawing, caption).
+
+``keys`` are the metrics a figure draws or states, the principal one first; the page lists
+every other logged metric in a table, so nothing the run logged goes unseen. A figure the
+run lacks gets a note saying which call logs its principal key (from the metric catalogue).
+"""
+
+from __future__ import annotations
+
+from . import captions, plots, plots_tokens
+from .plots_core import FigureSpec
+
+_KL_KEYS = tuple(f"grpo/kl/{k}_mean" for k in ("k1", "k2", "k3")) + ("grpo/kl/user_mean",)
+
+FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("violations", "Violations", ("grpo/invariants/violations",), plots.draw_violations, captions.violations),
+    FigureSpec("degenerate", "Degenerate groups",
+               ("grpo/groups/degenerate_rate", "grpo/groups/degenerate_rate_iid",
+                "grpo/sampling/generated_degenerate_rate", "grpo/sampling/degenerate_rate_iid"),
+               plots.draw_degenerate, captions.degenerate),
+    FigureSpec("prompts", "Effective prompts",
+               ("grpo/groups/effective_prompts", "grpo/groups/total", "grpo/reward/mean"),
+               plots.draw_prompts, captions.prompts),
+    FigureSpec("question_std", "Per-question reward std", ("grpo/reward/question_std_mean",),
+               plots.draw_question_std, captions.question_std),
+    FigureSpec("advantages", "Advantage invariants",
+               ("grpo/adv/group_mean_abs_max", "grpo/adv/live_std_mean", "grpo/adv/degenerate_abs_max"),
+               plots.draw_advantages, captions.advantages),
+    FigureSpec("convention", "Std convention and stabilizer",
+               ("grpo/adv/convention_id", "grpo/adv/convention_scale", "grpo/adv/stabilizer"),
+               plots.draw_convention, captions.convention),
+    FigureSpec("history", "Per-question history",
+               ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions"),
+               plots.draw_history, captions.history),
+    FigureSpec("kl", "KL estimators", _KL_KEYS, plots.draw_kl, captions.kl),
+    FigureSpec("ratio", "Importance ratio and clipping",
+               ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
+               plots_tokens.draw_ratio, captions.ratio),
+    FigureSpec("tokens", "Response length and live tokens",
+               ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction"),
+               plots_tokens.draw_tokens, captions.tokens),
+    FigureSpec("sampling", "Dynamic sampling ledger",
+               ("grpo/sampling/responses_per_retained_group", "grpo/sampling/retention_rate"),
+               plots.draw_sampling, captions.sampling),
+)
+
+
+def how_to_log(spec: FigureSpec) -> str:
+    """Which call (and which of its arguments) logs the figure's principal key, from the metric catalogue.
+
+    >>> how_to_log(FIGURES[-4])
+    'call observe_loss with logprobs, ref_logprobs'
+    """
+    from ..catalog.metrics import METRICS
+
+    entry = METRICS.get(spec.keys[0])
+    if entry is None:
+        return f"log {spec.keys[0]}"
+    return f"call {entry.source}" + (f" with {entry.needs}" if entry.needs else "")

@@ -1,0 +1,103 @@
+"""The report's variants, made with the real monitor, and which figures each one gets.
+
+The demo with dynamic sampling (TensorBoard and W&B offline), and a user's plain loop that
+fails at step 6, runs 1 or 3 steps, or logs no token tensors and no ledger. The caption
+and browser tests (``test_report_captions``, ``test_report_browser``) import ``VARIANTS``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+
+pytest.importorskip("matplotlib")
+
+from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
+from grpo_monitor.reporting import build_report  # noqa: E402
+from grpo_monitor.sinks import JSONLSink  # noqa: E402
+
+def user_loop(log: Path, steps: int, *, tokens: bool = True, questions: bool = True, bessel_from: int | None = None,
+              uncentred_at: int | None = None, policy: str = "raise", seed: int = 0) -> Path:
+    """A user's own loop: 6 groups of G=4, population z-scores, off-policy token tensors; a breach ends it."""
+    gen = torch.Generator().manual_seed(seed)
+    B, G, T = 6, 4, 5
+    config = MonitorConfig(group_size=G, std_convention="population", on_violation=policy,
+                           repro_dir=str(log.parent / "repro"))
+    monitor = GRPOMonitor(config, sinks=[JSONLSink(log)])
+    try:
+        for step in range(steps):
+            q = torch.randint(0, 10, (B,), generator=gen)
+            p = torch.sigmoid(q.double() / 3 - 1.5 + 0.15 * step)
+            rewards = (torch.rand(B, G, generator=gen, dtype=torch.float64) < p[:, None]).double()
+            bessel = bessel_from is not None and step >= bessel_from
+            std = rewards.std(1, keepdim=True, correction=1 if bessel else 0)
+            adv = (rewards - rewards.mean(1, keepdim=True)) / (std + 1e-6) + (0.5 if step == uncentred_at else 0.0)
+            monitor.observe_rollout(rewards, advantages=adv, question_ids=q.tolist() if questions else None)
+            if tokens:
+                lengths = torch.randint(1, T + 1, (B * G,), generator=gen)
+                mask = (torch.arange(T)[None, :] < lengths[:, None]).double()
+                logp = -2 * torch.rand(B * G, T, generator=gen, dtype=torch.float64)
+                old = logp + 0.15 * torch.randn(B * G, T, generator=gen, dtype=torch.float64)
+                ref = logp + 0.05 * (step + 1) * torch.randn(B * G, T, generator=gen, dtype=torch.float64)
+                monitor.observe_loss(mask=mask, advantages=adv.reshape(-1, 1) * mask, logprobs=logp,
+                                     ref_logprobs=ref, old_logprobs=old)
+            monitor.end_step()
+    except InvariantViolation:
+        pass  # the breach is in the log: the report shows it
+    finally:
+        monitor.close()
+    return log
+
+
+def _demo(out: Path) -> Path:
+    from grpo_monitor.demo import DemoConfig, run_demo
+
+    wandb = importlib.util.find_spec("wandb") is not None
+    run_demo(DemoConfig(steps=30, dynamic_sampling=True), out, wandb=wandb, tensorboard=True, progress=False, report=False)
+    return out / "monitor.jsonl"
+
+
+def _warned(out: Path) -> Path:
+    """12 steps without token tensors or ledger; the uncentred step 7 warns (policy "warn") and the run goes on."""
+    with pytest.warns(RuntimeWarning, match=r"step 7: invariant '(zero_group_mean|degenerate_zero)' broken"):
+        return user_loop(out / "monitor.jsonl", 12, tokens=False, uncentred_at=7, policy="warn")
+
+
+#: Variant -> how to make its log in a fresh folder.
+VARIANTS: dict[str, Callable[[Path], Path]] = {
+    "clean-demo": _demo,
+    "failing": lambda out: user_loop(out / "monitor.jsonl", 9, bessel_from=6),
+    "short-1-step": lambda out: user_loop(out / "monitor.jsonl", 1),
+    "short-3-steps": lambda out: user_loop(out / "monitor.jsonl", 3, questions=False),
+    "no-ledger-no-tokens": lambda out: _warned(out),
+}
+
+
+#: Variant -> the figures its page shows (a family the run did not log gets a note instead).
+FIGURES_OF = {
+    "clean-demo": {"degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl", "ratio",
+                   "tokens", "sampling"},
+    "failing": {"violations", "degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl",
+                "ratio", "tokens"},
+    "short-1-step": {"degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl", "ratio",
+                     "tokens"},
+    "short-3-steps": {"degenerate", "prompts", "question_std", "advantages", "convention", "kl", "ratio", "tokens"},
+    "no-ledger-no-tokens": {"violations", "degenerate", "prompts", "question_std", "advantages", "convention",
+                            "history"},
+}
+
+
+@pytest.mark.parametrize("name", list(VARIANTS))
+def test_each_variant_shows_the_families_it_logged(tmp_path, name):
+    """A figure per metric family the run logged, a worded note for each one it did not, and a PNG per figure."""
+    page = build_report(VARIANTS[name](tmp_path)).read_text()
+    shown = set(re.findall(r'<figure id="fig-(\w+)">', page))
+    assert shown == FIGURES_OF[name]
+    assert {p.stem for p in (tmp_path / "plots").glob("*.png")} == shown
+    notes = re.findall(r'<p class="meta note">([^:]+): no data in this run \(logged when you ', page)
+    assert len(notes) == 10 - len(shown - {"violations"})
