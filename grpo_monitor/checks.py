@@ -57,7 +57,7 @@ def group_violations(
         observed, groups = _describe(name, found[0], found[1], counts)
         v = violation(name, step, observed, config, groups, count=n)
         if name == "degenerate_zero":
-            v = _residue_severity(v, found[0], counts.get("typ_abs_adv", 1.0), stabilizer, config)
+            v = _residue_severity(v, found[0], _live_scale(counts), stabilizer, config)
         out.append(v)
     return out
 
@@ -89,6 +89,17 @@ def _describe(name: str, d: RolloutDetail, labels: Sequence[Hashable], counts: d
     return text, groups
 
 
+def _live_scale(counts: dict) -> float:
+    """What a real group weighs: the mean advantage std of the live groups (typical |advantage| without them).
+
+    For z-scores it is ~1 whatever the rewards, unlike the median |advantage|, which a nearly
+    constant live group can make small.
+    """
+    live = counts.get("live", 0.0)
+    scale = counts.get("live_adv_std_sum", 0.0) / live if live > 0 else 0.0
+    return scale if scale > 0 and math.isfinite(scale) else counts.get("typ_abs_adv", 1.0)
+
+
 def residue_bound(mean_abs: torch.Tensor, n: torch.Tensor, stabilizer: float) -> torch.Tensor:
     """The largest |advantage| float32 rounding gives a constant group: 4 n ulp32(|r|) / stabilizer.
 
@@ -103,7 +114,8 @@ def residue_bound(mean_abs: torch.Tensor, n: torch.Tensor, stabilizer: float) ->
 def _residue_severity(v: Violation, d: RolloutDetail, typ: float, stabilizer: float | None,
                       config: MonitorConfig) -> Violation:
     """``degenerate_zero`` as a warning when float32 rounding explains every offending group and none
-    weighs more than ``tolerances.degenerate_error`` of a real group (see ``RESIDUE_RULE``)."""
+    weighs more than ``tolerances.degenerate_error`` of a real group (``typ``: the live groups' mean
+    advantage std; see ``RESIDUE_RULE``)."""
     mask = d.offending["degenerate_zero"]
     worst = float(d.fit.abs_max[mask].max())
     if not stabilizer or not math.isfinite(worst) or worst > config.tolerances.degenerate_error * typ:
@@ -113,7 +125,7 @@ def _residue_severity(v: Violation, d: RolloutDetail, typ: float, stabilizer: fl
         return v
     cause = (f"float32 residue: a constant group's mean is off by a few ulp (ulp32 of |reward| "
              f"{float(d.stats.mean[mask].abs().max()):.4g} is {float(bound.max()) * stabilizer / (_RESIDUE_ULPS * float(d.stats.n[mask].max())):.3g}), "
-             f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x typical |advantage|")
+             f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x a real group's advantage std")
     return dataclasses.replace(v, severity="warning", hint=cause)
 
 

@@ -26,7 +26,7 @@ class Tolerances(BaseModel):
     )
     degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
     degenerate_error: float = Field(
-        0.25, gt=0, description="above this x typical |advantage|, an all-equal group's residue is an error even when "
+        0.25, gt=0, description="above this x a live group's advantage std, an all-equal group's residue is an error even when "
         "float32 rounding explains it (below it, and explained: a warning)",
     )
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")

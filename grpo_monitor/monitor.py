@@ -198,7 +198,7 @@ class GRPOMonitor:
         breached = frozenset(name for name in DEVICE_PROMISES if synced.rollout.get(f"viol_{name}", 0) > 0)
         judged = self._run.judge_estimator(synced.rollout, synced.records, breached)
         stabilizer = self.config.stabilizer if self.config.stabilizer is not None else getattr(judged, "stabilizer", None)
-        records = [(r.detail, r.labels) for r in synced.records]
+        records = [(r.detail, r.questions if r.questions is not None else r.labels) for r in synced.records]
         found = group_violations(synced.rollout, records, self.config, self.step, stabilizer)
         if judged is None:
             return found

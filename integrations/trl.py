@@ -65,7 +65,7 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
         estimator = "trl.normalize_then_sum"
     derived = dict(
         group_size=int(trainer.num_generations), std_convention=estimator, stabilizer=None,
-        clip_range=(float(trainer.epsilon_low), float(trainer.epsilon_high)), kl_clamp=None, rollout_scope="global",
+        clip_range=clip_range(trainer), kl_clamp=None, rollout_scope="global",
     )
     if config is None:
         return MonitorConfig(**derived)
@@ -80,25 +80,33 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
 
 def trl_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
                 aggregation: str = "sum_then_normalize") -> torch.Tensor:
-    """The ``(N,)`` rewards TRL's advantages are computed from, NaN on unscorable rows.
+    """The ``(N,)`` rewards TRL logs as ``reward``: the weighted ``nansum`` of the reward functions,
+    NaN on unscorable rows (every function gave None).
+
+    Under ``normalize_then_sum`` TRL's advantages come from per-function z-scores, not from
+    this sum; the declared estimator ``trl.normalize_then_sum`` promises only what holds for
+    it (zero group mean, unscorable rows at 0), so the monitor checks those and reports the
+    reward users compare with TRL's log.
 
     >>> trl_rewards(torch.tensor([[1., float("nan")], [float("nan")] * 2]), torch.tensor([1., 2.]), 2).tolist()
     [1.0, nan]
     """
-    w = weights.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0)
-    unscorable = torch.isnan(rewards_per_func).all(dim=1)
-    if aggregation == "sum_then_normalize":
-        rewards = (rewards_per_func * w).nansum(dim=1)
-    elif aggregation == "normalize_then_sum":
-        from trl.trainer.utils import nanstd
-
-        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])
-        z = (grouped - torch.nanmean(grouped, dim=1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
-        rewards = (z.view(-1, rewards_per_func.shape[1]) * w).nansum(dim=1)
-    else:
+    if aggregation not in ("sum_then_normalize", "normalize_then_sum"):
         raise ValueError(f"multi_objective_aggregation must be 'sum_then_normalize' or 'normalize_then_sum', "
                          f"but got {aggregation!r}")
-    return torch.where(unscorable, torch.nan, rewards)
+    w = weights.to(rewards_per_func.device, rewards_per_func.dtype).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    return torch.where(unscorable, torch.nan, (rewards_per_func * w).nansum(dim=1))
+
+
+def clip_range(trainer: Any) -> tuple[float, float]:
+    """The monitor's ``clip_range`` (low, high) for TRL's loss: ratio outside [1 - low, 1 + high] is clipped.
+
+    ``cispo`` clips the ratio at ``epsilon_high`` itself (no lower bound): (1, epsilon_high - 1).
+    """
+    if getattr(trainer, "loss_type", None) == "cispo":
+        return 1.0, max(float(trainer.epsilon_high) - 1.0, 0.0)
+    return float(trainer.epsilon_low), float(trainer.epsilon_high)
 
 
 def _label(prompt: Any) -> Hashable:
@@ -117,6 +125,7 @@ class TRLHooks:
         self._rewards_per_func: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
         self._zero_std: list[tuple[float, torch.Tensor]] = []  # (TRL's value, monitor's degenerate rate)
+        self._clips: list[torch.Tensor] = []  # per micro-batch: (low, high, region, tokens) clipped-token sums
 
     # ------------------------------------------------------------- install
     @property
@@ -182,6 +191,9 @@ class TRLHooks:
         local = row_advantages(out["advantages"].detach(), out["completion_mask"])  # (B, T): a subclass's
         advantages = tr.accelerator.gather(local.contiguous()) if tr.accelerator.num_processes > 1 else local
         self._compare_zero_std(rewards, g, logged)
+        step = int(getattr(getattr(tr, "state", None), "global_step", 0)) + 1  # the step on_step_end will report
+        if step > self.monitor.step:
+            self.monitor.step = step  # a breach raised here is labelled with TRL's step number
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)))
 
     def _question_ids(self, n: int) -> list[Hashable] | None:
@@ -204,11 +216,23 @@ class TRLHooks:
     def step_metrics(self) -> dict[str, float]:
         """TRL's ``frac_reward_zero_std`` of the step and its gap to the exact degenerate rate."""
         seen, self._zero_std = self._zero_std, []
+        out = self._clip_metrics()
         if not seen:
-            return {}
+            return out
         trl_frac = sum(v for v, _ in seen) / len(seen)
         exact = float(torch.stack([d for _, d in seen]).mean())
-        return {"grpo/trl/frac_reward_zero_std": trl_frac, "grpo/trl/frac_reward_zero_std_gap": exact - trl_frac}
+        return {**out, "grpo/trl/frac_reward_zero_std": trl_frac, "grpo/trl/frac_reward_zero_std_gap": exact - trl_frac}
+
+    def _clip_metrics(self) -> dict[str, float]:
+        """TRL's sign-aware clip fractions of the step (one host copy of the summed counts)."""
+        clips, self._clips = self._clips, []
+        if not clips:
+            return {}
+        low, high, region, tokens = torch.stack(clips).sum(0).tolist()
+        if tokens <= 0:
+            return {}
+        return {"grpo/trl/clip_ratio_low": low / tokens, "grpo/trl/clip_ratio_high": high / tokens,
+                "grpo/trl/clip_ratio_region": region / tokens}
 
     # ---------------------------------------------------------------- loss
     def _wrap_loss(self, original):
@@ -240,6 +264,21 @@ class TRLHooks:
             mask=mask, advantages=inputs["advantages"], logprobs=logps.detach(),
             ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=inputs.get("old_per_token_logps"),
         )
+        self._clips.append(self._region_clips(mask, inputs["advantages"], logps.detach(),
+                                              inputs.get("old_per_token_logps")))
+
+    def _region_clips(self, mask: torch.Tensor, advantages: torch.Tensor, logps: torch.Tensor,
+                      old: torch.Tensor | None) -> torch.Tensor:
+        """Clipped-token counts as TRL's ``clip_ratio/{low,high,region}_mean`` define them: the ratio below
+        ``1 - epsilon_low`` with a negative advantage, above ``1 + epsilon_high`` with a positive one
+        (token-level ratio ``exp(logps - old)``; no old log-probs: ratio 1). No host sync."""
+        valid = mask > 0
+        ratio = torch.exp(logps - old) if old is not None else torch.ones_like(logps)
+        adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
+        tr = self.trainer
+        low = (ratio < 1 - float(tr.epsilon_low)) & (adv < 0) & valid
+        high = (ratio > 1 + float(tr.epsilon_high)) & (adv > 0) & valid
+        return torch.stack([low.sum(), high.sum(), (low | high).sum(), valid.sum()]).double()
 
 
 class GRPOMonitorCallback(MonitorCallback):

@@ -109,10 +109,11 @@ GROUP_INVARIANTS: tuple[str, ...] = tuple(i.name for i in _RECORDS if i.side == 
 #: arithmetic explains) and when it stays an error (the constant group acts like a real signal).
 RESIDUE_RULE = (
     "A constant group's |advantage| above `degenerate_ratio` x typical is a *warning* when it is at most "
-    "`degenerate_error` x typical (default 0.25) and the estimator's arithmetic explains it: float32 rewards, "
+    "`degenerate_error` (default 0.25) x the advantage std of a real (live) group and the estimator's arithmetic "
+    "explains it: float32 rewards, "
     "|advantage| <= 4 G ulp32(|reward|) / stabilizer (the rounding of a float32 mean of G equal values, "
     "divided by the std + stabilizer). Anything larger makes the constant group weigh like a real one "
-    "and is an *error* (e.g. eps 1e-9: +-59.6 on eight rewards of 0.7, 70x the typical |advantage|)."
+    "and is an *error* (e.g. eps 1e-9: +-59.6 on eight rewards of 0.7, about 60x a real group's advantage std)."
 )
 
 

@@ -305,6 +305,12 @@ def _monitor_and_integrations() -> list[Metric]:
         _m("grpo/trl/frac_reward_zero_std_gap", "fraction", "exact degenerate rate minus TRL's, per step", "mean",
            "The monitor's exact degenerate rate minus TRL's frac_reward_zero_std; away from 0 TRL's number "
            "is off (e.g. scale_rewards='batch').", **trl),
+        *(_m(f"grpo/trl/clip_ratio_{side}", "fraction", "clipped valid tokens / valid tokens over the step",
+             "mean", f"TRL's clip_ratio/{side}_mean, recomputed: {text}; compare with TRL's log "
+             "(grpo/ratio/clip_frac is the symmetric fraction).", panel="TRL clip ratios", **trl)
+          for side, text in (("low", "ratio below 1 - epsilon_low on a negative advantage"),
+                             ("high", "ratio above 1 + epsilon_high on a positive advantage"),
+                             ("region", "either of the two"))),
     ]
 
 
