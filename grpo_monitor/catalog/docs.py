@@ -65,8 +65,15 @@ def render_markdown(metrics: Mapping[str, Metric] = METRICS) -> str:
     return "\n".join(parts)
 
 
+def _invariants_markdown() -> str:
+    from .invariants_doc import render_markdown as render_invariants
+
+    return render_invariants()
+
+
 #: Every generated document: path relative to the repository root -> its renderer.
-GENERATED: dict[Path, Callable[[], str]] = {DOCS_PATH: render_markdown}
+GENERATED: dict[Path, Callable[[], str]] = {DOCS_PATH: render_markdown,
+                                            Path("docs") / "invariants.md": _invariants_markdown}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
