@@ -15,7 +15,7 @@ import sys
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 #: Subcommand modules under ``grpo_monitor.cli``; a missing one is skipped.
-_SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace")
+_SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace", "scan", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:

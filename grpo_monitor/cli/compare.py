@@ -1,0 +1,48 @@
+"""``grpo-monitor compare RUN_A RUN_B``: two runs on one page, on the same axes."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from . import fail
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Register ``compare`` on the ``grpo-monitor`` subparsers."""
+    parser = subparsers.add_parser(
+        "compare",
+        help="one page with two runs' degenerate rate, effective prompts, iid prediction, KL and violations",
+        description="Read two runs' monitor.jsonl (a scan's output folder, a live run's folder, or the JSONL file "
+        "itself) and write compare.html (self-contained) and compare.png: degenerate rate against its iid "
+        "prediction, effective prompts, mean reward, KL and violations, both runs on the same axes, and a table "
+        "of first- and last-tenth values.",
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help="first run: folder holding monitor.jsonl, or the file")
+    parser.add_argument("run_b", metavar="RUN_B", help="second run")
+    parser.add_argument("--labels", default=None, metavar="A,B", help="names of the runs (default: folder names)")
+    parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write the page; print the table; exit 2 when a log is missing or unreadable."""
+    if importlib.util.find_spec("matplotlib") is None:
+        return fail("compare", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
+    from ..scan.compare import compare_text, load_pair, write_comparison
+
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    if labels is not None and len(labels) != 2:
+        return fail("compare", f"--labels takes two names separated by a comma, but got {args.labels!r}")
+    try:
+        runs, names = load_pair(args.run_a, args.run_b, labels)
+        page = write_comparison(runs, names, Path(args.out))
+    except (OSError, ValueError) as exc:
+        return fail("compare", exc)
+    print(compare_text(runs, names))
+    print(f"compare: {page}")
+    return 0
+

@@ -1,0 +1,268 @@
+"""Scan a finished run: read its recorded rollouts step by step and feed the monitor a live run uses.
+
+Each step is read, grouped (:mod:`.groups`) and handed to one :class:`GRPOMonitor`
+(``observe_rollout`` then ``end_step(step=<the recorded step>)``), so the outputs are the
+live ones: ``monitor.jsonl``, TensorBoard events and ``report.html``. Violations are
+recorded, never raised (``on_violation="warn"``): a scan audits the whole run. Memory
+holds one step: nothing of an earlier step is kept but the monitor's own bounded state
+and the bounded question tally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import logging
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterator
+
+from .columns import ColumnMap, ScanInputError
+from .detect import open_reader
+from .groups import build_groups
+from .prefetch import StepInfo, prefetched_steps
+from .progress import DelayedProgress
+from .summary import ViolationLog
+from .tally import QuestionTally
+
+LOG_NAME = "monitor.jsonl"
+TB_NAME = "tensorboard"
+#: What a scan writes into its output folder (``--overwrite`` removes these, nothing else).
+OUTPUTS = (LOG_NAME, TB_NAME, "report.html", "plots", "run.json")
+
+
+@dataclasses.dataclass
+class ScanResult:
+    """What a scan read and wrote; :func:`.summary.format_summary` prints it."""
+
+    source: Path
+    format: str
+    out: Path
+    config: dict[str, Any]
+    steps: int = 0
+    rows: int = 0
+    groups: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    advantages: bool = False
+    split_groups: int = 0
+    disabled: dict[str, int] = dataclasses.field(default_factory=dict)
+    seconds: float = 0.0
+    report: Path | None = None
+    tensorboard: Path | None = None
+    notes: list[str] = dataclasses.field(default_factory=list)
+    violations: ViolationLog = dataclasses.field(default_factory=ViolationLog)
+    questions: QuestionTally = dataclasses.field(default_factory=QuestionTally)
+
+    @property
+    def log(self) -> Path:
+        """The ``monitor.jsonl`` written."""
+        return self.out / LOG_NAME
+
+    @property
+    def errors(self) -> int:
+        """Invariants broken with error severity, plus one when the monitor switched a part off
+        (its checks did not run on every step); ``--fail-on-error`` exits 1 when this is not 0."""
+        return self.violations.errors + bool(self.disabled)
+
+    def outputs(self) -> list[Path]:
+        return [p for p in (self.log, self.tensorboard, self.report) if p is not None]
+
+
+def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: str | None) -> Any:
+    """The ``MonitorConfig`` of a scan: the options given, else what the run declared, policy ``warn``.
+
+    ``estimator`` maps to ``std_convention`` (its validation words a bad name).
+    """
+    from ..config import MonitorConfig
+
+    settings: dict[str, Any] = {"on_violation": "warn"}
+    size = group_size if group_size is not None else declared.get("group_size")
+    if size is not None:
+        settings["group_size"] = size
+    if estimator is not None:
+        settings["std_convention"] = estimator
+    elif "std_convention" in declared:
+        settings["std_convention"] = declared["std_convention"]
+        settings["stabilizer"] = declared.get("stabilizer")
+    try:
+        return MonitorConfig(**settings)
+    except ValueError as exc:  # pydantic's ValidationError
+        errors = getattr(exc, "errors", lambda: [])()
+        what = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in errors) or str(exc)
+        option = "--estimator" if estimator is not None and "std_convention" in what else "--group-size"
+        raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
+
+
+def prepare_out(out: Path, overwrite: bool) -> None:
+    """Create ``out``; refuse (or, with ``overwrite``, clear) the outputs of an earlier scan there."""
+    out.mkdir(parents=True, exist_ok=True)
+    present = [name for name in OUTPUTS if (out / name).exists()]
+    if present and not overwrite:
+        raise ScanInputError(f"{out} already holds {', '.join(present)} (an earlier scan?); pass --overwrite to "
+                             "replace them, or another --out")
+    remove_outputs(out)
+
+
+def remove_outputs(out: Path) -> None:
+    """Remove what a scan writes into ``out`` (:data:`OUTPUTS`), nothing else."""
+    for name in OUTPUTS:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def _no_flush() -> None:
+    """Stands in for ``SummaryWriter.flush`` during a scanned step."""
+
+
+def _sinks(out: Path, tensorboard: bool) -> list[Any]:
+    from ..sinks import JSONLSink, TensorBoardSink
+
+    class ScanTensorBoard(TensorBoardSink):
+        """TensorBoard written inline (a scan outpaces a background queue, and must not drop a step),
+        flushed when the scan ends rather than after every step (nobody tails a scan's events)."""
+
+        synchronous = True
+
+        def log_report(self, report: Any) -> None:
+            writer = self.writer
+            writer.flush = _no_flush  # an instance attribute shadows SummaryWriter.flush for this call only
+            try:
+                super().log_report(report)
+            finally:
+                del writer.flush
+
+    sinks: list[Any] = [JSONLSink(out / LOG_NAME, fsync=False)]  # a scan can be rerun: no fsync per step
+    if tensorboard and importlib.util.find_spec("tensorboard") is not None:
+        sinks.append(ScanTensorBoard(out / TB_NAME))
+    return sinks
+
+
+def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group_size: int | None = None,
+                  estimator: str | None = None, columns: ColumnMap = ColumnMap(), overwrite: bool = False,
+                  quiet: bool = False, console: Any = None, report: bool = True, tensorboard: bool = True,
+                  prefetch: bool | None = None) -> ScanResult:
+    """Scan the rollouts recorded at ``path`` into ``out`` (see the module docstring); the :class:`ScanResult`.
+
+    ``prefetch`` reads and groups in a child process, beside the monitor (None: when the
+    input is large and there is more than one CPU). Raises :class:`ScanInputError` (a
+    ValueError) naming the file, the line and the field when a record does not fit, and
+    for bad options.
+    """
+    if group_size is not None and (not isinstance(group_size, int) or group_size < 2):
+        raise ScanInputError(f"--group-size must be an integer >= 2, but got {group_size!r}")
+    reader = open_reader(path, fmt, columns, group_size)
+    config = monitor_config(reader.declared, group_size, estimator)
+    out = Path(out)
+    if out.resolve() == reader.source.resolve():
+        raise ScanInputError(f"--out {out} is where the records are read from; choose another output folder")
+    prepare_out(out, overwrite)
+    result = ScanResult(Path(path), reader.format, out, _config_text(config, reader.declared, estimator),
+                        questions=QuestionTally(cap=config.history_cap))
+    (out / "run.json").write_text(json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
+    sinks = _sinks(out, tensorboard)
+    result.tensorboard = out / TB_NAME if len(sinks) > 1 else None
+    progress = DelayedProgress(reader.total, reader.unit, f"scanning {reader.format}", quiet, console)
+    ahead = _auto_prefetch(reader) if prefetch is None else prefetch
+    found: list[str] = []
+    steps = prefetched_steps(reader.source, reader.format, columns, config.group_size, found) if ahead else \
+        _in_process(reader, config.group_size)
+    try:
+        _feed(steps, config, sinks, result, progress)
+    except ScanInputError:  # a record that does not fit: what was written is not the run's audit
+        remove_outputs(out)
+        raise
+    _gather_notes(result, reader.notes + found)
+    if report:
+        result.report = _report(out, result.notes)
+    return result
+
+
+def _gather_notes(result: ScanResult, read: list[str]) -> None:
+    """The readers' notes (the child's reader notes what the parent's did: once each), then the scan's own."""
+    notes = [f"INCOMPLETE: an internal fault of the monitor switched its {part!r} part off at step {step} (see the "
+             "log); later steps were not checked" for part, step in result.disabled.items()]
+    notes += list(dict.fromkeys(read)) + result.notes
+    if result.split_groups:
+        notes.append(f"{result.split_groups} group(s) came from a prompt that held k x group_size rows in one step, "
+                     "cut into groups of group_size in row order")
+    result.notes = notes
+
+
+def _config_text(config: Any, declared: dict[str, Any], estimator: str | None) -> dict[str, Any]:
+    source = "option" if estimator is not None else "the run's config" if "std_convention" in declared else "default"
+    return {"group_size": config.group_size, "std_convention": config.std_convention,
+            "stabilizer": config.stabilizer, "convention_from": source}
+
+
+def _auto_prefetch(reader: Any) -> bool:
+    """Read ahead in a child process when the input is large (its start costs a fraction of a second)."""
+    large = reader.total >= (32 << 20 if reader.unit == "bytes" else 200_000)
+    return large and (os.cpu_count() or 1) > 1
+
+
+def _in_process(reader: Any, group_size: int | None) -> Iterator[tuple[StepInfo, Any]]:
+    for rows in reader.steps():
+        yield StepInfo(rows.step, rows.num_rows, rows.units, rows.advantages is not None), build_groups(rows, group_size)
+
+
+def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], result: ScanResult,
+          progress: DelayedProgress) -> None:
+    """The loop: one step read, grouped, observed and reported at a time."""
+    from ..monitor import GRPOMonitor
+
+    monitor = GRPOMonitor(config, sinks=sinks)
+    start = time.perf_counter()
+    log = logging.getLogger("grpo_monitor")
+    level = log.level
+    log.setLevel(max(level, logging.ERROR))  # violations are in the summary, not one log line per step; faults still show
+    try:
+        with warnings.catch_warnings():  # nor the monitor's warn-once texts
+            warnings.filterwarnings("ignore", message="grpo-monitor: step", category=RuntimeWarning)
+            for info, groups in steps:
+                monitor.observe_rollout(**groups.observe_kwargs())
+                report = monitor.end_step(step=info.step)
+                result.violations.add(report)
+                result.questions.update(groups)
+                _count(result, info, groups)
+                for part in monitor.disabled_parts - result.disabled.keys():
+                    result.disabled[part] = info.step
+                progress.advance(info.units, info.step)
+    finally:
+        log.setLevel(level)
+        progress.close()
+        monitor.close()
+        result.seconds = time.perf_counter() - start
+    if result.steps == 0:
+        raise ScanInputError(f"{result.source}: no recorded rows to scan ({result.format} format)")
+
+
+def _count(result: ScanResult, info: StepInfo, groups: Any) -> None:
+    result.steps += 1
+    result.rows += info.num_rows
+    result.groups += groups.num_groups
+    result.advantages = result.advantages or info.has_advantages
+    result.first_step = info.step if result.first_step is None else result.first_step
+    result.last_step = info.step
+    result.split_groups += groups.split_groups
+
+
+def _report(out: Path, notes: list[str]) -> Path | None:
+    """``report.html`` (and ``plots/``) from the written log; None, with a note, when it cannot be built."""
+    if importlib.util.find_spec("matplotlib") is None:
+        notes.append("no report.html: it needs matplotlib (`pip install grpo-monitor[plots]`)")
+        return None
+    from ..reporting import build_report
+
+    try:
+        return build_report(out, out)
+    except (OSError, ValueError) as exc:
+        notes.append(f"no report.html: {exc}")
+        return None
