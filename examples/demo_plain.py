@@ -1,4 +1,4 @@
-"""The `grpo-monitor demo` as plain code: seed 000's teaching model trained with GRPO, the monitor attached.
+"""The `grpo-monitor demo` as plain code: the finite-group teaching model trained with GRPO, the monitor attached.
 
 K questions; question q is answered correctly with probability sigmoid(z_q); reward 1 for a
 correct answer, 0 otherwise. Each response is a few "reasoning" tokens and one answer token,

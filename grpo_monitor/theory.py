@@ -1,6 +1,6 @@
 """Exact finite-group theory of group-relative advantages (seeds 000 and 002).
 
-The teaching model is seed 000's one-token Bernoulli policy: ``a_i ~ Bernoulli(p)``,
+The teaching model is the finite-group article's one-token Bernoulli policy: ``a_i ~ Bernoulli(p)``,
 reward ``r_i = a_i`` and score ``d/dz log pi(a_i) = a_i - p``. A group holds ``G``
 independent responses; ``K`` counts its successes. Every expectation below is a finite
 sum over ``K`` with binomial probabilities. Probabilities and unnormalised sums are exact
@@ -122,7 +122,7 @@ def expected_responses_per_retained_group(p: ProbabilityLike, G: int) -> Fractio
 def non_degenerate_groups_per_budget(p: ProbabilityLike, G: int, budget: int = 1000) -> Fraction:
     """Expected groups with signal among the ``budget // G`` groups a response budget buys.
 
-    Seed 002's cost-normalised view: larger ``G`` buys fewer prompts.
+    The worked numerical example's cost-normalised view: larger ``G`` buys fewer prompts.
 
     >>> float(non_degenerate_groups_per_budget("0.5", 4, 1000))
     218.75
@@ -295,7 +295,7 @@ def theory_tables(
     eps: float = 0.0,
     budget: int = 1000,
 ) -> dict[str, list[dict[str, float]]]:
-    """Seed 000's two tables as floats: ``{"gradient": rows, "ledger": rows}``, one row per ``p``.
+    """The finite-group article's two tables as floats: ``{"gradient": rows, "ledger": rows}``, one row per ``p``.
 
     Gradient rows: p, true, centered, leave_one_out, standardized and each estimator's
     ratio to the true gradient (NaN where it is 0). Ledger rows: p, retention (alpha),

@@ -1,4 +1,4 @@
-"""``grpo-monitor demo``: train seed 000's teaching model with GRPO and the monitor attached.
+"""``grpo-monitor demo``: train the finite-group teaching model with GRPO and the monitor attached.
 
 Exit code 0 for a clean run, 1 when an invariant broke (``--inject-bug``), 2 for bad
 arguments.
@@ -43,7 +43,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "demo", formatter_class=_DemoHelpFormatter,
         help="train a teaching model with GRPO and the monitor attached (seconds, CPU)",
-        description="Train seed 000's teaching model (K questions, each answered correctly with probability "
+        description="Train the finite-group teaching model (K questions, each answered correctly with probability "
         "sigmoid(z_q), rewards 0/1) with a real GRPO update and the monitor attached. Writes the JSONL log, "
         "TensorBoard events, a W&B offline run (when W&B is installed), an HTML report and its plots/ to --out.",
     )

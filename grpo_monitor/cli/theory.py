@@ -1,4 +1,4 @@
-"""``grpo-monitor theory``: seed 000's gradient table and sampling ledger for given ``p`` and ``G``."""
+"""``grpo-monitor theory``: the finite-group gradient table and sampling ledger for given ``p`` and ``G``."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "theory",
         help="exact expected gradients and sampling ledger of the one-token Bernoulli model",
-        description="Exact finite-group expectations (seed 000): expected gradient of the true, centered, "
+        description="Exact finite-group expectations: expected gradient of the true, centered, "
         "leave-one-out and standardized estimators, and the dynamic-sampling ledger.",
     )
     parser.add_argument("--group-size", "-G", type=int, default=8, help="responses per group G (default 8)")

@@ -1,4 +1,4 @@
-"""The teaching demo: seed 000's Bernoulli policy trained with GRPO, the monitor attached.
+"""The teaching demo: the finite-group article's Bernoulli policy trained with GRPO, the monitor attached.
 
 >>> from grpo_monitor.demo import BUGS, DemoConfig
 >>> DemoConfig().group_size, "wrong_axis" in BUGS

@@ -1,4 +1,4 @@
-"""Seed 000's teaching model, made into a tiny policy with token-level responses.
+"""The finite-group teaching model, made into a tiny policy with token-level responses.
 
 Question ``q`` is answered correctly with probability ``sigmoid(z_q)``. A response is a
 few "reasoning" tokens drawn from ``softmax(w_q)`` over a small vocabulary (their number
@@ -120,7 +120,7 @@ def grpo_token_loss(
 
     Per token: ``-(min(ratio A, clip(ratio) A) - beta k3)`` with ``ratio = exp(lp - old)``
     and ``k3 = exp(ref - lp) - (ref - lp) - 1``. Reduction: sum over each response's tokens,
-    mean over responses (seed 000, section 5: "sum tokens and average fixed groups").
+    mean over responses (finite-group baselines article, section 5: "sum tokens and average fixed groups").
     """
     ratio = torch.exp(logprobs - old_logprobs)
     surrogate = torch.minimum(ratio * advantages, ratio.clamp(1 - clip, 1 + clip) * advantages)

@@ -122,7 +122,7 @@ def _verdict(result: DemoResult) -> list[str]:
     n_viol = sum(len(r.violations) for r in result.reports)
     rate = _metric(result, "grpo/sampling/generated_degenerate_rate" if ds else "grpo/groups/degenerate_rate")
     first, last = _ends(rate)
-    trend = (f" It rose from {first:.0%} to {last:.0%} as questions saturated, as seed 000 predicts."
+    trend = (f" It rose from {first:.0%} to {last:.0%} as questions saturated, as finite-group theory predicts."
              if last > first else "")
     return [
         f"Degenerate groups over the run: {observed:.0f} observed, {expected:.1f} expected from p^G + (1-p)^G "

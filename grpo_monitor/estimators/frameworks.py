@@ -47,12 +47,12 @@ def _rloo(name, source, text, *, singleton="zero") -> Estimator:
 
 
 GENERIC = (
-    _std("population", 0, 0.0, "seed 000 section 3 (population std, stabilizer outside the root)",
+    _std("population", 0, 0.0, "finite-group baselines article, section 3 (population std, stabilizer outside the root)",
          "(r - mean_g) / (std_g + eps), population std (ddof 0)"),
-    _std("bessel", 1, 0.0, "torch.std default (correction=1); seed 002 section 2",
+    _std("bessel", 1, 0.0, "torch.std default (correction=1); worked numerical example, section 2",
          "(r - mean_g) / (std_g + eps), Bessel std (ddof 1)"),
     _plain("none", "Dr. GRPO (arXiv:2503.20783)", "r - mean_g"),
-    _rloo("leave_one_out", "RLOO (arXiv:2402.14740); seed 002 section 2.2",
+    _rloo("leave_one_out", "RLOO (arXiv:2402.14740); worked numerical example, section 2.2",
           "r_i - mean of the others = n/(n-1) (r_i - mean_g)"),
     _std("batch", 0, 0.0, "one scale for the whole batch", "(r - mean_g) / (std of all rewards + eps)",
          scale="batch"),

@@ -62,7 +62,7 @@ def stabilizer_range(
 def scale_factor(name: str, group_size: int) -> float:
     """Population std of the advantages of a live group under ``name`` with no stabilizer.
 
-    1 for population z-scores and sqrt((G-1)/G) for Bessel (0.866 at G=4). Seed 002
+    1 for population z-scores and sqrt((G-1)/G) for Bessel (0.866 at G=4). The worked numerical example's
     section 5 states sqrt(G/(G-1)) = 1.155 for Bessel; its own section 2 table (+-0.866
     at G=4) shows the value is sqrt((G-1)/G): the direct computation wins.
     """
