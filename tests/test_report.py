@@ -262,3 +262,19 @@ def test_rebuilding_into_a_folder_drops_figures_the_run_lacks(ds_run, tmp_path):
         mon.end_step()
     build_report(log, tmp_path)
     assert not (tmp_path / "plots" / "kl.png").exists() and (tmp_path / "plots" / "degenerate.png").is_file()
+
+
+def test_a_warning_is_shown_as_a_warning(tmp_path):
+    """verl's float32 residue on a constant group (a warning): the banner and the table say warning, not a stop."""
+    r = (torch.rand(16, 8, generator=torch.Generator().manual_seed(1)) < 0.5).float()
+    r[3] = 0.7
+    a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)
+    mon = GRPOMonitor(MonitorConfig(group_size=8, std_convention="verl.grpo"), sinks=[JSONLSink(tmp_path / "monitor.jsonl")])
+    with pytest.warns(RuntimeWarning, match="float32 residue"):
+        for _ in range(3):
+            mon.observe_rollout(r, advantages=a)
+            mon.end_step()
+    mon.close()
+    page = build_report(tmp_path).read_text()
+    assert "3 violations (3 warnings: logged, never a stop) in 3 steps; the run went on." in page
+    assert "<th>severity</th>" in page and "<td>warning</td>" in page and "<td>error</td>" not in page

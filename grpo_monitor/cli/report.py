@@ -15,9 +15,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "report",
         help="PNG figures and a self-contained HTML page from a run's JSONL log",
         description="Read a run's JSONL log (RUN is the run folder or the .jsonl file) and write plots/*.png "
-        "and report.html (images inlined, no external assets): degenerate rate against the iid prediction, "
-        "effective prompts, per-question reward std over time, advantage invariants, KL estimators, "
-        "the dynamic-sampling ledger, and every violation on the time axis.",
+        "and report.html (images inlined, no external assets): one figure per metric family the run logged "
+        "(degenerate rate against the iid prediction, effective prompts, per-question reward std, advantage "
+        "invariants, the estimator and its stabilizer, per-question history, KL estimators, importance ratio and "
+        "clipping, response length and live tokens, the dynamic-sampling ledger, violations), captions computed "
+        "from this run's own numbers, the run-level observed-vs-iid line, and where the run's TensorBoard, W&B "
+        "and JSONL files are.",
     )
     parser.add_argument("run", metavar="RUN", help="run folder holding monitor.jsonl, or a JSONL file")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")

@@ -33,6 +33,7 @@ class ViolationMark:
     message: str
     failed: bool
     repro_path: str | None
+    severity: str = "error"  # "warning": logged and counted, never stops the run
 
 
 @dataclasses.dataclass
@@ -129,7 +130,7 @@ def _num(value: Any) -> float:
 def _mark(v: dict[str, Any], step: int, failed: bool) -> ViolationMark:
     return ViolationMark(
         step=step if v.get("step") is None else v["step"], invariant=v["invariant"], message=v.get("message") or "",
-        failed=failed, repro_path=v.get("repro_path"),
+        failed=failed, repro_path=v.get("repro_path"), severity=v.get("severity") or "error",
     )
 
 

@@ -77,7 +77,9 @@ def status_block(run: RunData) -> str:
         return (f'<div class="status fail" id="status">Run stopped at step {run.failed_step} by a breach of '
                 f'{_esc(", ".join(names))}. See the message and the repro file below.</div>')
     if n:
-        return f'<div class="status warn" id="status">{plural(n, "violation")} in {steps}; the run went on.</div>'
+        warned = sum(m.severity == "warning" for m in run.violations)
+        of_which = f" ({plural(warned, 'warning')}: logged, never a stop)" if warned else ""
+        return f'<div class="status warn" id="status">{plural(n, "violation")}{of_which} in {steps}; the run went on.</div>'
     return f'<div class="status ok" id="status">Clean: no invariant broke in {steps}.</div>'
 
 
@@ -129,9 +131,11 @@ def violations_table(run: RunData, limit: int = 50) -> str:
     rows = []
     for m in run.violations[:limit]:
         repro = f"<br>repro: <code>{_esc(m.repro_path)}</code>" if m.repro_path else ""
-        rows.append(f"<tr><td class=num>{m.step}</td><td>{_esc(m.invariant)}</td><td class=msg>{_esc(m.message)}{repro}</td></tr>")
+        rows.append(f"<tr><td class=num>{m.step}</td><td>{_esc(m.invariant)}</td><td>{_esc(m.severity)}</td>"
+                    f"<td class=msg>{_esc(m.message)}{repro}</td></tr>")
     more = f"<p>{len(run.violations) - limit} more not shown (all are in the JSONL log).</p>" if len(run.violations) > limit else ""
-    return f'<table id="violations"><tr><th>step</th><th>invariant</th><th>message</th></tr>{"".join(rows)}</table>{more}'
+    head = "<tr><th>step</th><th>invariant</th><th>severity</th><th>message</th></tr>"
+    return f'<table id="violations">{head}{"".join(rows)}</table>{more}'
 
 
 def figure_block(name: str, title: str, caption: str, png: bytes) -> str:
