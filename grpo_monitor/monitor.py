@@ -246,8 +246,10 @@ class GRPOMonitor:
             policy = self.config.policy_for(v.invariant)
             if policy == "ignore" or (policy == "raise" and v.severity == "error"):
                 continue
-            log.warning("grpo-monitor: %s", v.message())
-            if self._run.counts[v.invariant] == 1:
+            count = self._run.counts[v.invariant]
+            if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ... time: a recurring warning stays readable
+                log.warning("grpo-monitor: %s (occurrence %d)", v.message(), count)
+            if count == 1:
                 warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
 
     # ------------------------------------------------------------------ report

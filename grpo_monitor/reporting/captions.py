@@ -93,13 +93,14 @@ def _step_list(steps: list[int], limit: int = 8) -> str:
 
 
 def convention(run: RunData) -> str:
-    from ..stats.conventions import CONVENTIONS
+    from ..estimators.registry import ESTIMATORS
 
+    names_by_id = list(ESTIMATORS)
     parts = ["The std convention the advantages fit at each step, the advantage scale it implies and the fitted "
              "stabilizer epsilon (1/k = std + epsilon)"]
     ids = convention_index(run)
     if ids is not None:
-        names = [_BROKEN if i < 0 else f"fit {CONVENTIONS[int(i)]}" for i in ids[np.isfinite(ids)]]
+        names = [_BROKEN if i < 0 else f"fit {names_by_id[int(i)]}" for i in ids[np.isfinite(ids)]]
         parts.append(_segments(names, run.steps[np.isfinite(ids)].tolist()))
     parts += [_change(run, "the advantage scale k*std", "grpo/adv/convention_scale", "{:.4f}"),
               _change(run, "the fitted stabilizer", "grpo/adv/stabilizer", "{:.2g}")]

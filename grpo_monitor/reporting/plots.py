@@ -11,6 +11,7 @@ import math
 
 import numpy as np
 
+from ..estimators.registry import ESTIMATORS
 from ..stats.conventions import CONVENTIONS
 from .data import RunData
 from .plots_core import (
@@ -186,11 +187,13 @@ def group_size(run: RunData) -> int | None:
 
 
 def convention_index(run: RunData) -> np.ndarray | None:
-    """The std convention at each step as its index in ``CONVENTIONS``; -1 where none fits or the
-    ``convention`` invariant broke (the log then names the declared one); NaN where not logged."""
+    """The estimator at each step as its index in ``grpo_monitor.ESTIMATORS`` (``grpo/adv/convention_id``);
+    -1 where none fits or the ``convention`` invariant broke (the log then names the declared one); NaN
+    where not logged."""
+    names = list(ESTIMATORS)
     ids = run.series("grpo/adv/convention_id")
     if ids is None or not np.isfinite(ids).any():
-        ids = np.array([CONVENTIONS.index(c) if c in CONVENTIONS else np.nan for c in run.conventions], dtype=float)
+        ids = np.array([names.index(c) if c in ESTIMATORS else np.nan for c in run.conventions], dtype=float)
         if not np.isfinite(ids).any():
             return None
     broken = {m.step for m in run.violations if m.invariant == "convention"}
@@ -204,12 +207,17 @@ def draw_convention(run: RunData):
         return None
     fig, axes = figure(3, height=2.1)
     ax = axes[0]
-    rows = ["none fits / check broken", *(_CONVENTION_LABELS.get(c, c) for c in CONVENTIONS)]
+    names = list(ESTIMATORS)
+    seen = sorted({int(i) for i in ids[np.isfinite(ids)] if i >= 0}) if ids is not None else []
+    shown = seen or list(range(len(CONVENTIONS)))  # the estimators of this run (the classic five when none)
+    rows = ["none fits / check broken", *(_CONVENTION_LABELS.get(names[i], names[i]) for i in shown)]
     if ids is not None:
-        ax.plot(run.steps, ids, drawstyle="steps-mid", color=BLUE, lw=1.6, marker="o", ms=3.5,
-                label="convention the advantages fit")
-    ax.set_yticks(range(-1, len(CONVENTIONS)), rows)
-    ax.set_ylim(-1.6, len(CONVENTIONS) - 0.4)
+        pos = np.array([np.nan if not np.isfinite(i) else -1.0 if i < 0 else float(shown.index(int(i)))
+                        for i in ids])
+        ax.plot(run.steps, pos, drawstyle="steps-mid", color=BLUE, lw=1.6, marker="o", ms=3.5,
+                label="estimator the advantages fit")
+    ax.set_yticks(range(-1, len(shown)), rows)
+    ax.set_ylim(-1.6, len(shown) - 0.4)
     finish(ax, run, "", "Std convention identified at each step (the estimator of the group scale)")
     ax = axes[1]
     line(ax, run, run.series("grpo/adv/convention_scale"), BLUE, "grpo/adv/convention_scale (mean k_g * std_g)", "-")
