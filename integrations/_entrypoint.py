@@ -1,0 +1,263 @@
+"""What the OpenRLHF, SkyRL and AReaL integrations share: one wrapped advantage entry point.
+
+Each of these trainers computes a step's advantages in one function or method (the entry
+point). An attachment swaps it for a wrapper that reads the framework's view before the
+call (:class:`Call`: what its config declares, the tensors the call overwrites), calls the
+original, hands rewards, group ids, advantages and token tensors to the monitor and, by
+default, ends the monitor's step: one entry-point call is one training step, so a breach
+raises ``InvariantViolation`` out of the entry point, before any optimizer step uses the
+batch. The monitor is given, or built at the first call from what the framework's config
+declares (:class:`Declared`) with ``config`` fields winning. Faults of the integration
+fail open (:class:`~grpo_monitor.integrations._common.FailOpen`); rank 0 writes (the
+monitor's sinks).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextvars
+import dataclasses
+import functools
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._common import FailOpen
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+
+#: Step reports an attachment keeps (the most recent ones) in ``Attachment.reports``.
+REPORTS_KEPT = 100
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Declared:
+    """What a framework's config says its advantages are.
+
+    ``estimator`` is a name of ``grpo_monitor.ESTIMATORS`` (None: no entry reproduces this
+    configuration, so only rewards and groups are observed), ``stabilizer`` the epsilon
+    when it differs from the entry's default, ``group_size`` the responses per prompt when
+    the framework fixes it, ``note`` why there is no entry (shown once as a warning).
+    """
+
+    estimator: str | None
+    stabilizer: float | None = None
+    group_size: int | None = None
+    note: str = ""
+
+
+@dataclasses.dataclass
+class Call:
+    """One entry-point call as seen before it runs: the declaration and what the call overwrites."""
+
+    declared: Declared
+    before: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Patch:
+    """``owner.name`` replaced by a wrapper; ``previous`` is ``_MISSING`` when ``owner`` did not define it."""
+
+    owner: Any
+    name: str
+    previous: Any
+
+    def restore(self) -> None:
+        if self.previous is _MISSING:
+            delattr(self.owner, self.name)
+        else:
+            setattr(self.owner, self.name, self.previous)
+
+
+def auto_sinks() -> list[Sink]:
+    """A :class:`~grpo_monitor.sinks.WandbSink` into the W&B run active in this process, else none."""
+    wandb = sys.modules.get("wandb")
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        from grpo_monitor.sinks import WandbSink
+
+        return [WandbSink()]
+    return []
+
+
+class Attachment:
+    """One framework's wrapped entry points, the monitor they report to and its recent reports."""
+
+    def __init__(self, framework: str, monitor: GRPOMonitor | None, config: MonitorConfig | None,
+                 sinks: Sequence[Sink] | str | None, step_per_call: bool):
+        if monitor is not None and not isinstance(monitor, GRPOMonitor):
+            raise TypeError(f"monitor must be a GRPOMonitor or None, but got {type(monitor).__name__}")
+        if config is not None and not isinstance(config, MonitorConfig):
+            raise TypeError(f"config must be a MonitorConfig or None, but got {type(config).__name__}")
+        if monitor is not None and config is not None:
+            raise ValueError("pass monitor or config, not both: config is used only to build a monitor")
+        if isinstance(sinks, str) and sinks != "auto":
+            raise ValueError(f"sinks must be 'auto', None or a list of Sink objects, but got the string {sinks!r}")
+        self.framework = framework
+        self.monitor = monitor
+        self.owned = monitor is None  # built here, closed by detach()
+        self.config = config
+        self.sinks = sinks
+        self.step_per_call = step_per_call
+        self.declared: Declared | None = None  # of the first call; later calls must agree
+        self.reports: collections.deque = collections.deque(maxlen=REPORTS_KEPT)
+        self.patches: list[Patch] = []
+        self.warned: set[str] = set()
+        self.broken = False  # a fault before any monitor existed: pass calls through
+        self._inside: contextvars.ContextVar[bool] = contextvars.ContextVar(f"grpo_monitor_{framework}", default=False)
+        self._guard = FailOpen(monitor, framework) if monitor is not None else None
+
+    # ------------------------------------------------------------- patches
+    def patch(self, owner: Any, name: str, capture: Callable[..., Call],
+              observe: Callable[[GRPOMonitor, Call, Any], None]) -> None:
+        """Replace ``owner.name`` by a wrapper observing each outermost call (see :meth:`wrap`)."""
+        previous = vars(owner).get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
+        self.patches.append(Patch(owner, name, previous))
+        setattr(owner, name, self.wrap(getattr(owner, name), capture, observe))
+
+    def unpatch(self) -> None:
+        """Put back every replaced attribute, last first."""
+        for p in reversed(self.patches):
+            p.restore()
+        self.patches.clear()
+
+    def wrap(self, original: Callable, capture: Callable[..., Call],
+             observe: Callable[[GRPOMonitor, Call, Any], None]) -> Callable:
+        """``original`` with ``capture(*args, **kwargs)`` before it and ``observe(monitor, call, out)`` after.
+
+        Only the outermost call is observed (a subclass calling ``super()``, a dispatcher
+        calling a wrapped estimator); with ``step_per_call`` the monitor's step ends after it.
+        """
+
+        @functools.wraps(original)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self._inside.get() or self.broken:
+                return original(*args, **kwargs)
+            token = self._inside.set(True)
+            try:
+                call = self._start(capture, args, kwargs)
+                out = original(*args, **kwargs)
+            finally:
+                self._inside.reset(token)
+            if call is not None and self._guard is not None:
+                self._guard(self._finish, observe, call, out)
+            return out
+
+        wrapper.__grpo_monitor_original__ = original
+        return wrapper
+
+    # ---------------------------------------------------------------- calls
+    def _start(self, capture: Callable[..., Call], args: tuple, kwargs: dict) -> Call | None:
+        """The call's view and the monitor for it; a fault here (no guard yet) passes calls through."""
+        if self._guard is not None and self._guard.disabled:
+            return None
+        try:
+            call = capture(*args, **kwargs)
+            self._ensure_monitor(call.declared)
+            return call
+        except Exception:
+            cfg = self.monitor.config if self.monitor is not None else self.config
+            if cfg is not None and cfg.strict:
+                raise
+            if self._guard is not None:
+                self._guard._fault()
+            else:
+                self.broken = True
+                warnings.warn(f"grpo-monitor: the {self.framework} integration failed before its monitor was built "
+                              "and is switched off", RuntimeWarning, stacklevel=3)
+            return None
+
+    def _ensure_monitor(self, declared: Declared) -> None:
+        if self.declared is None:
+            self.declared = declared
+            if self.monitor is None:
+                self.monitor = GRPOMonitor(self._config_for(declared), sinks=self._sinks())
+                self._guard = FailOpen(self.monitor, self.framework)
+            elif self.monitor.config.std_convention not in ("auto", declared.estimator) and declared.estimator:
+                self.warn_once("mismatch", f"the monitor declares {self.monitor.config.std_convention!r} but the "
+                                           f"{self.framework} config says {declared.estimator!r}")
+
+    def _config_for(self, declared: Declared) -> MonitorConfig:
+        """``declared`` as a MonitorConfig; fields set in ``self.config`` win."""
+        derived = {"std_convention": declared.estimator or "auto", "stabilizer": declared.stabilizer,
+                   "group_size": declared.group_size}
+        if self.config is None:
+            return MonitorConfig(**derived)
+        kept = {k: v for k, v in derived.items() if k not in self.config.model_fields_set}
+        return self.config.model_copy(update=kept)
+
+    def _sinks(self) -> list[Sink]:
+        if self.sinks == "auto":
+            return auto_sinks()
+        return [] if self.sinks is None else list(self.sinks)
+
+    def _finish(self, observe: Callable[[GRPOMonitor, Call, Any], None], call: Call, out: Any) -> None:
+        monitor = self.monitor
+        observe(monitor, call, out)
+        if self.step_per_call:
+            report = monitor.end_step()
+            if report is not None:  # None: end_step itself failed open
+                self.reports.append(report)
+
+    def checks_advantages(self, call: Call) -> bool:
+        """Whether advantages are handed to the monitor: an estimator is declared, by the config or the user.
+
+        Without one (the framework's option has no registry entry, or a later call declares
+        another estimator than the first) only rewards and groups are observed, with one warning.
+        """
+        declared = call.declared
+        if self.monitor.config.std_convention != "auto" and self._user_declared():
+            return True
+        if declared.estimator is None:
+            self.warn_once(f"none:{declared.note}", f"{declared.note}; only rewards and groups are observed. Declare "
+                                                    "the estimator with MonitorConfig(std_convention=...) to check "
+                                                    "its advantages")
+            return False
+        first = self.declared.estimator if self.declared else None
+        if declared.estimator != first:
+            text = (f"this call uses {declared.estimator!r} but the monitor was declared for {first!r}; its "
+                    "advantages are not checked")
+            self.warn_once(f"changed:{declared.estimator}", text)
+            return False
+        return True
+
+    def _user_declared(self) -> bool:
+        """The estimator was declared by the user (a given monitor, or ``config.std_convention``), not derived."""
+        return not self.owned or (self.config is not None and "std_convention" in self.config.model_fields_set)
+
+    def warn_once(self, key: str, text: str) -> None:
+        if key not in self.warned:
+            self.warned.add(key)
+            warnings.warn(f"grpo-monitor ({self.framework}): {text}", RuntimeWarning, stacklevel=4)
+
+    def close(self) -> None:
+        """Undo the patches; close the monitor when it was built here."""
+        self.unpatch()
+        if self.owned and self.monitor is not None and not self.monitor.closed:
+            self.monitor.close()
+
+
+def subclasses_defining(base: type, name: str) -> list[type]:
+    """``base`` and every loaded subclass of it whose own ``__dict__`` defines ``name``."""
+    out, todo = [], [base]
+    while todo:
+        cls = todo.pop()
+        if name in vars(cls) and cls not in out:
+            out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def module_references(prefixes: Iterable[str], original: Any) -> list[tuple[Any, str]]:
+    """``(module, attribute)`` of every loaded module under ``prefixes`` bound to ``original``."""
+    found = []
+    prefixes = tuple(prefixes)
+    for modname, module in list(sys.modules.items()):
+        if module is None or not any(modname == p or modname.startswith(p + ".") for p in prefixes):
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is original:
+                found.append((module, attr))
+    return found

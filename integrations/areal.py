@@ -1,0 +1,170 @@
+"""AReaL 1.0: observe ``PPOActor._compute_advantages``.
+
+AReaL's PPO actor computes a step's advantages in ``PPOActor._compute_advantages(data)``
+(called through ``compute_advantages``, once per training step on every training
+process): the rewards get the overlong penalty, ``(r + reward_bias) * reward_scaling``
+clipped to ``reward_clip``, then ``reward_norm`` (:class:`areal.utils.data.Normalization`:
+mean and std per group of ``group_size`` contiguous rows, per batch or none, optional
+leave-one-out mean, float64); the KL to the reference is subtracted per token with
+``kl_ctl``; GAE with ``discount`` and ``gae_lambda`` turns them into token advantages; and
+``adv_norm`` optionally whitens those over the batch's tokens. Rewards are observed as the
+normalisation sees them (scaled and clipped), rows grouped as ``reward_norm`` groups them,
+the row advantage is the mean over ``loss_mask`` and ``lengths`` are its token counts.
+
+=====================================================  ==============================
+config (with ``kl_ctl=0``, ``discount=gae_lambda=1``)   registry entry
+=====================================================  ==============================
+reward_norm group/group, adv_norm batch/batch (Bessel)  ``areal.grpo``
+reward_norm group mean only, adv_norm batch/batch        ``areal.dr_grpo``
+reward_norm group/group, no adv_norm                     ``bessel`` / ``population`` + eps
+reward_norm group mean only, no adv_norm                 ``none``
+reward_norm group leave-one-out mean only, no adv_norm   ``leave_one_out``
+reward_norm group mean + batch std, no adv_norm          ``batch``
+=====================================================  ==============================
+
+Anything else (``kl_ctl > 0``, the default 0.1; ``discount`` or ``gae_lambda`` below 1; a
+critic; batch-level reward means; other combinations) has no registry entry: rewards and
+groups are observed, advantages not. With ``torch.distributed`` each process observes its
+own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
+passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.distributed import rank_and_world
+from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, subclasses_defining
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+
+MODULE = "areal.trainer.ppo.actor"
+METHOD = "_compute_advantages"
+_ROWS_PER_RANK = 1 << 40  # group ids of rank k start at k << 40
+
+_current: Attachment | None = None
+
+
+def _norm(cfg: Any) -> tuple | None:
+    """A ``NormConfig`` as ``(mean_level, leave_one_out, std_level, unbiased, eps, group_size)``."""
+    if cfg is None:
+        return None
+    return (cfg.mean_level, bool(cfg.mean_leave1out), cfg.std_level, bool(cfg.std_unbiased), float(cfg.eps),
+            int(cfg.group_size))
+
+
+def declared_estimator(config: Any) -> Declared:
+    """What an AReaL ``PPOActorConfig`` says its advantages are (see the module's table).
+
+    >>> from types import SimpleNamespace as NS
+    >>> group = NS(mean_level="group", mean_leave1out=False, std_level="group", std_unbiased=True, eps=1e-5,
+    ...            group_size=8)
+    >>> batch = NS(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5,
+    ...            group_size=1)
+    >>> declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
+    Declared(estimator='areal.grpo', stabilizer=None, group_size=8, note='')
+    """
+    rn, an = _norm(config.reward_norm), _norm(config.adv_norm)
+    if rn is None or rn[0] != "group" or rn[5] < 2:
+        return Declared(None, note="AReaL without a group-level reward_norm mean (group_size >= 2) is not "
+                                   "group-relative")
+    g = rn[5]
+    if float(config.kl_ctl) != 0.0 or float(config.discount) != 1.0 or float(config.gae_lambda) != 1.0:
+        return Declared(None, group_size=g, note=f"AReaL with kl_ctl={config.kl_ctl}, discount={config.discount}, "
+                                                 f"gae_lambda={config.gae_lambda} shapes token rewards: no registry "
+                                                 "entry (kl_ctl=0, discount=gae_lambda=1 have one)")
+    mean_level, loo, std_level, unbiased, eps, _ = rn
+    if an is None:
+        if std_level is None:
+            return Declared("leave_one_out" if loo else "none", group_size=g)
+        if loo:
+            return Declared(None, group_size=g, note="AReaL's leave-one-out mean with a std has no registry entry")
+        if std_level == "batch":
+            return Declared("batch", group_size=g)
+        return Declared("bessel" if unbiased else "population", stabilizer=eps, group_size=g)
+    whitening = an[:4] == ("batch", False, "batch", True)
+    if whitening and not loo and std_level == "group" and unbiased:
+        return Declared("areal.grpo", group_size=g)
+    if whitening and not loo and std_level is None:
+        return Declared("areal.dr_grpo", group_size=g)
+    return Declared(None, group_size=g, note=f"AReaL's reward_norm {rn[:4]} with adv_norm {an[:4]} has no registry "
+                                             "entry")
+
+
+def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
+           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True,
+           classes: Sequence[type] = ()) -> Attachment:
+    """Observe every ``PPOActor._compute_advantages`` (the class and every loaded subclass overriding it).
+
+    Without ``monitor`` one is built at the first call from the actor's config
+    (:func:`declared_estimator`; fields set in ``config`` win; ``rollout_scope="local"``).
+    With ``step_per_call`` every call is one monitor step. Raises ``RuntimeError`` when attached.
+    """
+    global _current
+    if _current is not None:
+        raise RuntimeError("grpo_monitor.integrations.areal is already attached; call detach() first")
+    actor = importlib.import_module(MODULE).PPOActor
+    state = Attachment("areal", monitor, config, sinks, step_per_call)
+    targets = subclasses_defining(actor, METHOD)
+    targets += [c for c in classes if c not in targets]
+    for cls in targets:
+        state.patch(cls, METHOD, _capture, _observer(state))
+    _current = state
+    return state
+
+
+def detach() -> None:
+    """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
+    global _current
+    if _current is not None:
+        state, _current = _current, None
+        state.close()
+
+
+def attached() -> GRPOMonitor | None:
+    """The monitor AReaL's advantages report to (None before the first call builds it, or when detached)."""
+    return _current.monitor if _current is not None else None
+
+
+# ------------------------------------------------------------------ the call
+def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
+    """Before the call: the declaration and whether a reference log-prob came with the batch."""
+    return Call(declared_estimator(actor.config), {"actor": actor, "has_ref": data.get("ref_logp") is not None})
+
+
+def _observer(state: Attachment):
+    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+    return observe
+
+
+def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> None:
+    actor = call.before["actor"]
+    mask = out["loss_mask"]
+    rewards = torch.clip((out["rewards"] + actor.reward_bias) * actor.reward_scaling, min=-actor.reward_clip,
+                         max=actor.reward_clip)
+    check = state.checks_advantages(call)
+    if check and actor.config.mask_no_eos_with_zero:
+        attn = out["attention_mask"]
+        if bool((attn.sum(-1) == attn.shape[1]).any()):
+            state.warn_once("no_eos", "mask_no_eos_with_zero zeroes the reward of truncated rows after they entered "
+                                      "the group statistics: advantages of such steps are not checked")
+            check = False
+    rank, world = rank_and_world()
+    g = call.declared.group_size or 1
+    gid = torch.arange(len(rewards), device=rewards.device) // g + rank * _ROWS_PER_RANK
+    lengths = mask.sum(-1) if world == 1 else None
+    advantages = out["advantages"]
+    monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
+                            advantages=row_advantages(advantages, mask) if check else None)
+    kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
+    monitor.observe_loss(mask=mask, logprobs=out["logprobs"], advantages=advantages if check else None,
+                         ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
+                         kl=kl if call.before["has_ref"] else None)

@@ -1,0 +1,218 @@
+"""OpenRLHF 0.11: observe ``RemoteExperienceMaker.compute_advantages_and_returns``.
+
+OpenRLHF's single controller (the ``PPOTrainer`` Ray actor) turns each rollout into
+``Experience`` micro-batches and calls ``experience_maker.compute_advantages_and_returns
+(experiences)`` once per training step, before the PPO update. The method applies the
+length penalties to ``experience.rewards`` in place, puts the rows back in prompt order
+(``experience.index``: groups are ``index // n_samples_per_prompt``), shapes the rewards
+by ``args.algo.advantage.estimator`` and writes ``experience.advantages`` ``(B, A)``:
+
+============================  ==================================  =========================
+estimator                     registry entry                      advantages
+============================  ==================================  =========================
+``group_norm``                ``openrlhf.group_norm``             Bessel std + 1e-9
+``rloo``                      ``openrlhf.rloo``                   leave-one-out baseline
+``dr_grpo``                   ``openrlhf.dr_grpo``                r - group mean
+``reinforce_baseline``        ``openrlhf.reinforce_baseline``     then whitened over tokens
+============================  ==================================  =========================
+
+``gae``, ``reinforce``, ``flash_reinforce`` and ``reinforce_baseline`` with
+``no_std_norm`` have no registry entry: rewards and groups are observed, advantages not.
+With the KL penalty in the reward (``algo.kl.use_loss`` off, ``kl.init_coef > 0``) token
+advantages also carry the KL returns; the row advantage checked is the outcome part (the
+advantage plus ``kl_coef`` times the KL summed from each token to the end), and the
+whitened ``reinforce_baseline`` is then not checkable.
+
+:func:`attach` wraps the method on ``RemoteExperienceMaker`` and on every loaded subclass
+that overrides it. The method runs in the ``PPOTrainer`` actor's process: call ``attach()``
+there (e.g. ``ray.init(runtime_env={"worker_process_setup_hook":
+"grpo_monitor.integrations.openrlhf.attach"})``), not only in the driver.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import sys
+import types
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, subclasses_defining
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+
+#: OpenRLHF's ``args.algo.advantage.estimator`` -> registry entry.
+ESTIMATORS: dict[str, str] = {
+    "group_norm": "openrlhf.group_norm",
+    "rloo": "openrlhf.rloo",
+    "dr_grpo": "openrlhf.dr_grpo",
+    "reinforce_baseline": "openrlhf.reinforce_baseline",
+}
+WHITENED = ("reinforce_baseline",)
+MODULE = "openrlhf.trainer.ppo_utils.experience_maker"
+METHOD = "compute_advantages_and_returns"
+#: GPU-only modules ``experience_maker`` imports at load time, and the names it takes from them.
+GPU_MODULES: dict[str, dict[str, Any]] = {
+    "flash_attn": {}, "flash_attn.bert_padding": dict.fromkeys(("index_first_axis", "pad_input", "rearrange",
+                                                                  "unpad_input")),
+    "flash_attn.utils": {}, "flash_attn.utils.distributed": {"all_gather": None},
+    "vllm": {"SamplingParams": None}, "vllm.inputs": {"TokensPrompt": None}, "vllm.utils": {"random_uuid": None},
+}
+
+_current: Attachment | None = None
+
+
+def stub_gpu_modules() -> list[str]:
+    """Put empty stand-ins for ``flash_attn`` and ``vllm`` in ``sys.modules`` where they are not installed.
+
+    OpenRLHF imports both when ``experience_maker`` loads; on a CPU machine (tests, the
+    example) neither installs. An installed module is never replaced. Returns the names stubbed.
+    """
+    stubbed = []
+    for name, attrs in GPU_MODULES.items():
+        root = name.split(".")[0]
+        if name in sys.modules or (root not in stubbed and importlib.util.find_spec(root) is not None):
+            continue
+        module = types.ModuleType(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)  # find_spec() on it must not raise
+        module.__grpo_monitor_stub__ = True
+        for attr in attrs:
+            setattr(module, attr, _unavailable(f"{name}.{attr}"))
+        sys.modules[name] = module
+        stubbed.append(name)
+    return stubbed
+
+
+def _unavailable(qualname: str):
+    def missing(*args: Any, **kwargs: Any):
+        raise RuntimeError(f"{qualname} is a grpo-monitor stand-in (stub_gpu_modules): not installed here")
+
+    return missing
+
+
+def declared_estimator(args: Any) -> Declared:
+    """What OpenRLHF's ``args`` (the hierarchized CLI namespace) say its advantages are.
+
+    >>> from types import SimpleNamespace as NS
+    >>> args = NS(algo=NS(advantage=NS(estimator="group_norm", no_std_norm=False)),
+    ...           rollout=NS(n_samples_per_prompt=8))
+    >>> declared_estimator(args).estimator, declared_estimator(args).group_size
+    ('openrlhf.group_norm', 8)
+    """
+    name = args.algo.advantage.estimator
+    n = int(args.rollout.n_samples_per_prompt)
+    group_size = n if n >= 2 else None
+    if name in WHITENED and getattr(args.algo.advantage, "no_std_norm", False):
+        return Declared(None, group_size=group_size,
+                        note="OpenRLHF's reinforce_baseline with no_std_norm (token centring, no std) has no "
+                             "registry entry")
+    if name not in ESTIMATORS:
+        return Declared(None, group_size=group_size,
+                        note=f"OpenRLHF's advantage estimator {name!r} is not group-relative: no registry entry")
+    return Declared(ESTIMATORS[name], group_size=group_size)
+
+
+def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
+           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True,
+           classes: Sequence[type] = ()) -> Attachment:
+    """Observe every ``compute_advantages_and_returns`` of OpenRLHF's experience maker.
+
+    Without ``monitor`` one is built at the first call from the maker's ``args``
+    (:func:`declared_estimator`; fields set in ``config`` win) with ``sinks`` (``"auto"``:
+    the W&B run active in the process, if any). With ``step_per_call`` every call is one
+    monitor step. ``classes`` adds maker classes loaded later than the ones found now.
+    Raises ``RuntimeError`` when already attached.
+    """
+    global _current
+    if _current is not None:
+        raise RuntimeError("grpo_monitor.integrations.openrlhf is already attached; call detach() first")
+    maker = import_experience_maker().RemoteExperienceMaker
+    state = Attachment("openrlhf", monitor, config, sinks, step_per_call)
+    targets = subclasses_defining(maker, METHOD)
+    targets += [c for c in classes if c not in targets]
+    for cls in targets:
+        state.patch(cls, METHOD, _capture, _observer(state))
+    _current = state
+    return state
+
+
+def detach() -> None:
+    """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
+    global _current
+    if _current is not None:
+        state, _current = _current, None
+        state.close()
+
+
+def attached() -> GRPOMonitor | None:
+    """The monitor OpenRLHF's advantages report to (None before the first call builds it, or when detached)."""
+    return _current.monitor if _current is not None else None
+
+
+def import_experience_maker() -> types.ModuleType:
+    """``openrlhf.trainer.ppo_utils.experience_maker``, with a worded error when it cannot load."""
+    try:
+        return importlib.import_module(MODULE)
+    except ImportError as exc:
+        raise ImportError(f"cannot import {MODULE} ({exc}); expected openrlhf>=0.11 with its GPU dependencies "
+                          "(flash_attn, vllm), or grpo_monitor.integrations.openrlhf.stub_gpu_modules() first on a "
+                          "CPU machine") from exc
+
+
+# ------------------------------------------------------------------ the call
+def _capture(maker: Any, experiences: Sequence[Any], *args: Any, **kwargs: Any) -> Call:
+    """Before the call: the declaration, the KL coefficient and each experience's ``kl`` (set to None by the call)."""
+    margs = maker.strategy.args
+    kl_coef = max(float(getattr(maker.kl_ctl, "value", 0.0)), 0.0)
+    kls = [e.kl for e in experiences]
+    kl_in_reward = not margs.algo.kl.use_loss and kl_coef > 0 and any(k is not None for k in kls)
+    return Call(declared_estimator(margs), {"kl": kls, "kl_coef": kl_coef, "kl_in_reward": kl_in_reward,
+                                            "experiences": list(experiences)})
+
+
+def _observer(state: Attachment):
+    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call)
+
+    return observe
+
+
+def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
+    experiences, kls = call.before["experiences"], call.before["kl"]
+    kl_coef = call.before["kl_coef"] if call.before["kl_in_reward"] else 0.0
+    n = call.declared.group_size or 1
+    check = state.checks_advantages(call)
+    if check and kl_coef and call.declared.estimator in (ESTIMATORS[w] for w in WHITENED):
+        state.warn_once("kl_whitened", "reinforce_baseline with the KL penalty in the reward whitens the KL returns "
+                                       "with the outcome: its advantages are not checked (use algo.kl.use_loss)")
+        check = False
+    rewards, index, rows, lengths = [], [], [], []
+    for exp, kl in zip(experiences, kls, strict=True):
+        mask = exp.action_mask.to(torch.float64)
+        rewards.append(exp.rewards.reshape(-1))
+        index.append(torch.as_tensor(exp.index, dtype=torch.long))
+        lengths.append(mask.sum(-1))
+        if check:
+            rows.append(row_advantages(_outcome_part(exp.advantages, mask, kl, kl_coef), mask))
+    monitor.observe_rollout(torch.cat(rewards), group_ids=torch.cat(index) // n,
+                            advantages=torch.cat(rows) if check else None, lengths=torch.cat(lengths))
+    for exp, kl in zip(experiences, kls, strict=True):
+        monitor.observe_loss(mask=exp.action_mask.float(), logprobs=exp.action_log_probs,
+                             ref_logprobs=exp.base_action_log_probs, kl=kl if kl_coef else None,
+                             advantages=exp.advantages if check and not kl_coef else None)
+
+
+def _outcome_part(advantages: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None,
+                  kl_coef: float) -> torch.Tensor:
+    """Token advantages less the KL returns ``-kl_coef * sum_{s >= t} kl_s`` (gamma is 1 for these estimators)."""
+    adv = advantages.to(torch.float64)
+    if not kl_coef or kl is None:
+        return adv
+    penalty = (kl.to(torch.float64) * mask).flip(-1).cumsum(-1).flip(-1)
+    return adv + kl_coef * penalty

@@ -1,0 +1,183 @@
+"""SkyRL (skyrl-train 0.3, skyrl 0.3): observe ``ppo_utils.compute_advantages_and_returns``.
+
+SkyRL's trainer (``RayPPOTrainer.compute_advantages_and_returns``) calls its ``ppo_utils``
+module's ``compute_advantages_and_returns(token_level_rewards, response_mask, index,
+adv_estimator, config, grpo_norm_by_std, gamma, lambd, ...)`` once per training step;
+that dispatcher calls ``AdvantageEstimatorRegistry.get(adv_estimator)``. Both packages
+are covered: ``skyrl_train.utils.ppo_utils`` and ``skyrl.backends.skyrl_train.utils.ppo_utils``.
+Rows are grouped by ``index`` (the ``uid`` of each prompt), rewards are
+``token_level_rewards.sum(-1)``, the row advantage is the mean of the returned token
+advantages over ``response_mask``. The rows SkyRL appends to fill its data-parallel
+shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left out.
+
+=========================================  ==========================
+``adv_estimator`` (``grpo_norm_by_std``)   registry entry
+=========================================  ==========================
+``grpo`` (True, the default)               ``skyrl.grpo`` (Bessel + ``epsilon`` 1e-6)
+``grpo`` (False)                           ``verl.grpo_no_std`` (the same code: r - mean)
+``rloo``                                   ``leave_one_out``
+``maxrl`` (skyrl)                          ``skyrl.maxrl``
+``reinforce++``, ``gae``, custom           none: rewards and groups only
+=========================================  ==========================
+
+``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
+advantages observed are the estimator's. SkyRL's trainer runs in a Ray task
+(``skyrl_entrypoint``): call ``attach()`` in that process.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, module_references
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+
+#: The ``ppo_utils`` modules holding the dispatcher, one per SkyRL package.
+MODULES: tuple[str, ...] = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
+DISPATCHER = "compute_advantages_and_returns"
+#: SkyRL's ``adv_estimator`` -> registry entry (``grpo`` depends on ``grpo_norm_by_std``).
+ESTIMATORS: dict[str, str] = {"rloo": "leave_one_out", "maxrl": "skyrl.maxrl"}
+DEFAULT_EPSILON = 1e-6  # compute_grpo_outcome_advantage / compute_maxrl_advantage
+_PAD_UID = re.compile(r"pad\d+")
+
+_current: Attachment | None = None
+
+
+def allow_python311() -> bool:
+    """Let ``skyrl`` import on Python 3.11: ``typing.TypedDict = typing_extensions.TypedDict``.
+
+    skyrl's pydantic configs use ``typing.TypedDict``, which pydantic rejects below 3.12.
+    This is what SkyRL itself needs on 3.11, not the monitor; call it before importing
+    ``skyrl``. Returns whether ``typing`` was patched (False on 3.12+).
+    """
+    if sys.version_info >= (3, 12):
+        return False
+    import typing
+
+    import typing_extensions
+
+    typing.TypedDict = typing_extensions.TypedDict
+    return True
+
+
+def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilon: float | None = None) -> Declared:
+    """The registry entry of one SkyRL dispatcher call.
+
+    >>> declared_estimator("grpo").estimator, declared_estimator("grpo", False).estimator
+    ('skyrl.grpo', 'verl.grpo_no_std')
+    """
+    name = str(getattr(adv_estimator, "value", adv_estimator))
+    eps = None if epsilon is None or float(epsilon) == DEFAULT_EPSILON else float(epsilon)
+    if name == "grpo":
+        return Declared("skyrl.grpo", stabilizer=eps) if grpo_norm_by_std else Declared("verl.grpo_no_std")
+    if name in ESTIMATORS:
+        return Declared(ESTIMATORS[name], stabilizer=eps if name == "maxrl" else None)
+    return Declared(None, note=f"SkyRL's advantage estimator {name!r} is not group-relative or not in the registry")
+
+
+def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
+           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True) -> Attachment:
+    """Observe every call of SkyRL's ``ppo_utils.compute_advantages_and_returns``.
+
+    Wraps the dispatcher in each importable SkyRL package and every loaded copy of it
+    (``from ppo_utils import compute_advantages_and_returns``). Without ``monitor`` one is
+    built at the first call from that call's estimator (:func:`declared_estimator`; fields
+    set in ``config`` win). With ``step_per_call`` every call is one monitor step.
+    Raises ``ImportError`` when no SkyRL package imports, ``RuntimeError`` when attached.
+    """
+    global _current
+    if _current is not None:
+        raise RuntimeError("grpo_monitor.integrations.skyrl is already attached; call detach() first")
+    modules = import_ppo_utils()
+    state = Attachment("skyrl", monitor, config, sinks, step_per_call)
+    for module in modules:
+        original = getattr(module, DISPATCHER)
+        capture = _capturer(inspect.signature(original))
+        for owner, attr in module_references(("skyrl_train", "skyrl"), original):
+            state.patch(owner, attr, capture, _observer(state))
+    _current = state
+    return state
+
+
+def detach() -> None:
+    """Restore every reference :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
+    global _current
+    if _current is not None:
+        state, _current = _current, None
+        state.close()
+
+
+def attached() -> GRPOMonitor | None:
+    """The monitor SkyRL's advantages report to (None before the first call builds it, or when detached)."""
+    return _current.monitor if _current is not None else None
+
+
+def import_ppo_utils() -> list[Any]:
+    """Every SkyRL ``ppo_utils`` module that imports (already imported ones first)."""
+    found, errors = [], []
+    for name in MODULES:
+        if name not in sys.modules and importlib.util.find_spec(name.split(".")[0]) is None:
+            continue
+        try:
+            found.append(importlib.import_module(name))
+        except Exception as exc:  # e.g. skyrl on Python 3.11 without allow_python311()
+            errors.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0]}")
+    if not found:
+        detail = "; ".join(errors) or "neither skyrl-train nor skyrl is installed"
+        raise ImportError(f"no SkyRL ppo_utils module could be imported ({detail}); on Python 3.11 call "
+                          "grpo_monitor.integrations.skyrl.allow_python311() before importing skyrl")
+    return found
+
+
+# ------------------------------------------------------------------ the call
+def _capturer(signature: inspect.Signature):
+    def capture(*args: Any, **kwargs: Any) -> Call:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        extra = bound.get("kwargs", {})
+        declared = declared_estimator(bound["adv_estimator"], bound.get("grpo_norm_by_std", True), extra.get("epsilon"))
+        return Call(declared, {"rewards": bound["token_level_rewards"], "mask": bound["response_mask"],
+                               "index": bound["index"]})
+
+    return capture
+
+
+def _observer(state: Attachment):
+    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+    return observe
+
+
+def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:
+    mask, index = call.before["mask"], call.before["index"]
+    keep = _real_rows(index)
+    rewards = call.before["rewards"].sum(-1)
+    advantages = out[0] if isinstance(out, tuple) else out
+    check = state.checks_advantages(call)
+    ids = [index[i] for i in np.flatnonzero(keep)]
+    sel = torch.from_numpy(keep).to(rewards.device)
+    m = mask[sel]
+    monitor.observe_rollout(rewards[sel], group_ids=ids, lengths=m.sum(-1),
+                            advantages=row_advantages(advantages[sel], m) if check else None)
+    monitor.observe_loss(mask=m, advantages=advantages[sel] if check else None)
+
+
+def _real_rows(index: Any) -> np.ndarray:
+    """Rows that are not SkyRL's data-parallel padding (uid ``padN``, alone in its group)."""
+    ids = list(index.tolist() if hasattr(index, "tolist") else index)
+    counts: dict[Any, int] = {}
+    for uid in ids:
+        counts[uid] = counts.get(uid, 0) + 1
+    return np.array([not (isinstance(u, str) and _PAD_UID.fullmatch(u) and counts[u] == 1) for u in ids], dtype=bool)

@@ -1,0 +1,122 @@
+"""SkyRL's real ``ppo_utils.compute_advantages_and_returns`` (skyrl-train and skyrl) with grpo-monitor attached.
+
+Run in the SkyRL venv: ``python skyrl_cases.py [CASE ...]``; prints ``GRPO_CASES {json}``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import torch
+
+from _cases import config_kwargs, outcome_batch, reference_error, run, summary
+from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.integrations import skyrl as gsk
+from grpo_monitor.integrations._common import row_advantages
+
+gsk.allow_python311()
+import skyrl.backends.skyrl_train.utils.ppo_utils as new_utils  # noqa: E402
+import skyrl_train.utils.ppo_utils as old_utils  # noqa: E402
+from omegaconf import OmegaConf  # noqa: E402
+
+G, T, GROUPS = 4, 6, 4
+PACKAGES = {"skyrl_train": old_utils, "skyrl": new_utils}
+
+
+def batch(seed: int = 0, pad: int = 1):
+    """token_level_rewards (reward on the last valid token), response_mask, uid index: shuffled, + DP padding rows."""
+    scores, lengths, mask, perm = outcome_batch(GROUPS, G, T, seed)
+    rewards = torch.zeros(len(scores), T)
+    rewards[torch.arange(len(scores)), lengths - 1] = scores
+    uid = np.array([f"uid-{i // G}" for i in range(len(scores))], dtype=object)
+    rewards, mask, uid = rewards[perm], mask[perm], uid[perm.numpy()]
+    # what RayPPOTrainer.pad_batch appends: copies of the first rows, uids pad0, pad1, ...
+    rewards, mask = torch.cat([rewards, rewards[:pad]]), torch.cat([mask, mask[:pad]])
+    return rewards, mask, np.concatenate([uid, np.array([f"pad{i}" for i in range(pad)], dtype=object)])
+
+
+def call(utils, estimator: str, norm: bool = True, seed: int = 0, **kwargs):
+    rewards, mask, uid = batch(seed)
+    adv, _ = utils.compute_advantages_and_returns(
+        token_level_rewards=rewards, response_mask=mask, index=uid, adv_estimator=estimator,
+        config=OmegaConf.create({"advantage_estimator": estimator}), values=None, grpo_norm_by_std=norm,
+        gamma=1.0, lambd=1.0, **kwargs)
+    real = ~np.char.startswith(uid.astype(str), "pad")
+    return rewards[real].sum(-1), uid[real], row_advantages(adv[real], mask[real]), mask[real].sum(-1)
+
+
+def healthy(package: str, estimator: str, norm: bool = True, **kwargs) -> dict:
+    att = gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        rows = call(PACKAGES[package], estimator, norm, **kwargs)
+        result = summary(att)
+    finally:
+        gsk.detach()
+    declared = gsk.declared_estimator(estimator, norm, kwargs.get("epsilon")).estimator
+    if declared is not None:
+        params = {"eps": kwargs["epsilon"]} if "epsilon" in kwargs else {}
+        result["reference_error"] = reference_error(declared, *rows, **params)
+    return result
+
+
+def broken_batch_std(package: str) -> dict:
+    """A "grpo" registered in SkyRL's registry that divides by the batch's std instead of each group's."""
+    utils = PACKAGES[package]
+    registry = utils.AdvantageEstimatorRegistry
+    real = registry.get("grpo")
+
+    def batch_std_grpo(token_level_rewards, response_mask, index, **kwargs):
+        centred, _ = real(token_level_rewards, response_mask, index, grpo_norm_by_std=False)
+        scores = token_level_rewards.sum(-1)
+        adv = centred / (scores.std() + 1e-6)
+        return adv, adv
+
+    registry.unregister("grpo")
+    registry.register("grpo", batch_std_grpo)
+    gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        call(utils, "grpo")
+        return {"raised": None}
+    finally:
+        gsk.detach()
+        registry.unregister("grpo")
+        registry.register("grpo", real)
+
+
+def estimator_changes() -> dict:
+    """The monitor is declared by the first call; a later call with another estimator is not checked (one warning)."""
+    att = gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        call(new_utils, "grpo")
+        call(new_utils, "rloo", seed=1)
+        return summary(att)
+    finally:
+        gsk.detach()
+
+
+def detach_restores() -> dict:
+    before = {name: utils.compute_advantages_and_returns for name, utils in PACKAGES.items()}
+    att = gsk.attach(GRPOMonitor(MonitorConfig(**config_kwargs())))
+    patched = sorted(p.owner.__name__ for p in att.patches)
+    wrapped = all(PACKAGES[n].compute_advantages_and_returns is not f for n, f in before.items())
+    gsk.detach()
+    restored = all(PACKAGES[n].compute_advantages_and_returns is f for n, f in before.items())
+    return {"patched": patched, "wrapped": wrapped, "restored": restored}
+
+
+CASES = {
+    **{f"{pkg}-grpo": (lambda pkg=pkg: healthy(pkg, "grpo")) for pkg in PACKAGES},
+    **{f"{pkg}-grpo_no_std": (lambda pkg=pkg: healthy(pkg, "grpo", norm=False)) for pkg in PACKAGES},
+    **{f"{pkg}-rloo": (lambda pkg=pkg: healthy(pkg, "rloo")) for pkg in PACKAGES},
+    "skyrl-grpo_epsilon": lambda: healthy("skyrl", "grpo", epsilon=1e-3),
+    "skyrl-maxrl": lambda: healthy("skyrl", "maxrl"),
+    "skyrl-maxrl_epsilon": lambda: healthy("skyrl", "maxrl", epsilon=1e-3),
+    "skyrl-reinforce++": lambda: healthy("skyrl", "reinforce++"),
+    **{f"{pkg}-broken_batch_std": (lambda pkg=pkg: broken_batch_std(pkg)) for pkg in PACKAGES},
+    "estimator_changes": estimator_changes,
+    "detach_restores": detach_restores,
+}
+
+if __name__ == "__main__":
+    run(CASES, sys.argv[1:])

@@ -1,0 +1,116 @@
+"""AReaL 1.0.4's real ``PPOActor._compute_advantages`` (Normalization, KL, GAE) in its own venv."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+from framework_venv import REPO, quiet, run_cases, run_in_venv
+from grpo_monitor.estimators import ESTIMATORS
+from grpo_monitor.integrations import areal as gar
+
+HEALTHY = {  # case -> (registry entry, stabilizer) the actor's config declares
+    "grpo": ("areal.grpo", None),
+    "grpo_scaled": ("areal.grpo", None),
+    "grpo_overlong": ("areal.grpo", None),
+    "dr_grpo": ("areal.dr_grpo", None),
+    "group_bessel": ("bessel", 1e-5),
+    "group_population": ("population", 1e-5),
+    "group_mean": ("none", None),
+    "group_leave_one_out": ("leave_one_out", None),
+    "group_mean_batch_std": ("batch", None),
+}
+
+
+def _norm(mean="group", std="group", loo=False, unbiased=True, eps=1e-5, g=8):
+    return NS(mean_level=mean, mean_leave1out=loo, std_level=std, std_unbiased=unbiased, eps=eps, group_size=g)
+
+
+def _config(reward_norm, adv_norm=None, kl_ctl=0.0, discount=1.0, gae_lambda=1.0):
+    return NS(reward_norm=reward_norm, adv_norm=adv_norm, kl_ctl=kl_ctl, discount=discount, gae_lambda=gae_lambda)
+
+
+WHITEN = _norm("batch", "batch", g=1)
+
+
+@pytest.mark.parametrize("config, expected", [
+    (_config(_norm(), WHITEN), "areal.grpo"),
+    (_config(_norm(std=None), WHITEN), "areal.dr_grpo"),
+    (_config(_norm()), "bessel"),
+    (_config(_norm(unbiased=False)), "population"),
+    (_config(_norm(std=None)), "none"),
+    (_config(_norm(std=None, loo=True)), "leave_one_out"),
+    (_config(_norm(std="batch")), "batch"),
+    (_config(_norm(), WHITEN, kl_ctl=0.1), None),
+    (_config(_norm(), WHITEN, discount=0.99), None),
+    (_config(_norm(loo=True)), None),
+    (_config(_norm(unbiased=False), WHITEN), None),
+    (_config(_norm(mean="batch", std="batch")), None),
+    (_config(None, WHITEN), None),
+], ids=["grpo", "dr_grpo", "bessel", "population", "none", "leave_one_out", "batch", "kl_ctl", "discount",
+        "loo-with-std", "population-whitened", "batch-mean", "no-reward-norm"])
+def test_declared_estimator(config, expected):
+    """Each AReaL normalisation recipe names its registry entry, or none with the reason."""
+    declared = gar.declared_estimator(config)
+    assert declared.estimator == expected
+    assert expected is None or expected in ESTIMATORS
+    assert (expected is None) == bool(declared.note)
+
+
+# ------------------------------------------------------------- the real package
+@pytest.fixture(scope="module")
+def cases():
+    """Every case of framework_cases/areal_cases.py, run once in the AReaL venv."""
+    return run_cases("areal")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(HEALTHY))
+def test_real_normalization_is_quiet_and_declared(case, cases):
+    """AReaL's own advantages per recipe: quiet, the declared entry, its reference (token counts) within 1e-6."""
+    result = cases[case]
+    estimator, stabilizer = HEALTHY[case]
+    assert result.get("raised") is None and result["violations"] == [], quiet(result)
+    assert result["declared"] == result["convention"] == estimator and result["stabilizer"] == stabilizer
+    assert result["group_size"] == 4 and result["metrics"]["grpo/groups/total"] == 4
+    assert result["warnings"] == []
+    if estimator == "batch":  # AReaL's batch std is the pooled within-group std: the same one scale, another value
+        assert result["reference_scale_spread"] < 1e-6, quiet(result)
+    else:
+        assert result["reference_error"] < 1e-6, quiet(result)
+
+
+@pytest.mark.slow
+def test_kl_shaped_rewards_observe_rewards_and_kl_only(cases):
+    """kl_ctl=0.1 (AReaL's default) shapes token rewards: no entry, one warning; KL and k3 still observed."""
+    result = cases["grpo_kl"]
+    assert result["violations"] == [] and result["convention"] is None
+    assert "grpo/kl/user_mean" in result["metrics"] and "grpo/kl/k3_mean" in result["metrics"]
+    assert len(result["warnings"]) == 1 and "kl_ctl=0.1" in result["warnings"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, invariant", [("broken_batch_std", "convention"),
+                                             ("broken_subclass", "zero_group_mean")])
+def test_a_broken_normalisation_is_stopped(case, invariant, cases):
+    """A batch std where the config says group std, or a subclass centring across groups, raises InvariantViolation."""
+    result = cases[case]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert invariant in result["invariants"]
+
+
+@pytest.mark.slow
+def test_detach_restores_every_class(cases):
+    """attach() wraps PPOActor and each loaded subclass overriding _compute_advantages; detach() restores them."""
+    result = cases["detach_restores"]
+    assert result["patched"] == ["PPOActor", "PromptAxisMean"] and result["restored"]
+
+
+@pytest.mark.slow
+def test_example_runs_in_seconds(tmp_path):
+    """examples/areal_example.py: three quiet steps, the batch-std actor stopped, detached."""
+    proc = run_in_venv("areal", REPO / "examples" / "areal_example.py", timeout=180, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "step 2: 4 groups, degenerate rate 0.25, estimator areal.grpo, violations 0" in proc.stdout
+    assert "batch-std actor stopped: convention" in proc.stdout and "detached: True" in proc.stdout

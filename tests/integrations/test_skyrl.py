@@ -1,0 +1,110 @@
+"""SkyRL's real ``ppo_utils.compute_advantages_and_returns`` (skyrl-train 0.3.1, skyrl 0.3.0) in its own venv."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from framework_venv import REPO, quiet, run_cases, run_in_venv
+from grpo_monitor.estimators import ESTIMATORS
+from grpo_monitor.integrations import skyrl as gsk
+
+PACKAGES = ("skyrl_train", "skyrl")
+HEALTHY = {  # case -> the registry entry the call declares
+    **{f"{p}-grpo": "skyrl.grpo" for p in PACKAGES},
+    **{f"{p}-grpo_no_std": "verl.grpo_no_std" for p in PACKAGES},
+    **{f"{p}-rloo": "leave_one_out" for p in PACKAGES},
+    "skyrl-grpo_epsilon": "skyrl.grpo",
+    "skyrl-maxrl": "skyrl.maxrl",
+    "skyrl-maxrl_epsilon": "skyrl.maxrl",
+}
+
+
+@pytest.mark.parametrize("estimator, norm, epsilon, expected", [
+    ("grpo", True, None, ("skyrl.grpo", None)), ("grpo", True, 1e-6, ("skyrl.grpo", None)),
+    ("grpo", True, 1e-3, ("skyrl.grpo", 1e-3)), ("grpo", False, None, ("verl.grpo_no_std", None)),
+    ("rloo", True, None, ("leave_one_out", None)), ("maxrl", True, None, ("skyrl.maxrl", None)),
+    ("maxrl", True, 1e-3, ("skyrl.maxrl", 1e-3)),
+    ("reinforce++", True, None, (None, None)), ("gae", True, None, (None, None)),
+], ids=["grpo", "grpo-eps-default", "grpo-eps-1e-3", "grpo-no-std", "rloo", "maxrl", "maxrl-eps-1e-3", "reinforce++",
+     "gae"])
+def test_declared_estimator(estimator, norm, epsilon, expected):
+    """Each dispatcher call names a registry entry (and a stabilizer when epsilon is not the default), or none."""
+    declared = gsk.declared_estimator(estimator, norm, epsilon)
+    assert (declared.estimator, declared.stabilizer) == expected
+    assert declared.estimator is None or declared.estimator in ESTIMATORS
+    assert (declared.estimator is None) == bool(declared.note)
+
+
+def test_padding_rows_are_left_out():
+    """Only SkyRL's DP padding (uid padN alone in its group) is dropped; a real group named pad0 is kept."""
+    keep = gsk._real_rows(np.array(["a", "pad0", "a", "pad1", "pad2", "pad2"], dtype=object))
+    assert keep.tolist() == [True, False, True, False, True, True]
+
+
+# ------------------------------------------------------------- the real package
+@pytest.fixture(scope="module")
+def cases():
+    """Every case of framework_cases/skyrl_cases.py, run once in the SkyRL venv."""
+    return run_cases("skyrl")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(HEALTHY))
+def test_real_estimator_is_quiet_and_matches_its_registry_entry(case, cases):
+    """SkyRL's own estimators on shuffled uid rows with a padding row: quiet, declared, the reference within 1e-6."""
+    result = cases[case]
+    assert result.get("raised") is None and result["violations"] == [], quiet(result)
+    assert result["declared"] == result["convention"] == HEALTHY[case]
+    assert result["metrics"]["grpo/groups/total"] == 4 and result["metrics"]["grpo/groups/degenerate_rate"] == 0.5
+    assert result["reference_error"] < 1e-6, quiet(result)
+    assert result["warnings"] == []
+
+
+@pytest.mark.slow
+def test_declared_epsilon_reaches_the_monitor(cases):
+    """compute_advantages_and_returns(..., epsilon=1e-3) declares that stabilizer."""
+    assert cases["skyrl-grpo_epsilon"]["stabilizer"] == 1e-3
+
+
+@pytest.mark.slow
+def test_reinforce_plus_plus_observes_rewards_only(cases):
+    """reinforce++ (token whitening of returns, no group baseline) has no entry: rewards only, one warning."""
+    result = cases["skyrl-reinforce++"]
+    assert result["violations"] == [] and result["convention"] is None
+    assert result["metrics"]["grpo/groups/total"] == 4
+    assert len(result["warnings"]) == 1 and "'reinforce++'" in result["warnings"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("package", PACKAGES)
+def test_a_registered_batch_std_grpo_is_stopped(package, cases):
+    """A "grpo" registered in AdvantageEstimatorRegistry dividing by the batch std breaks the declared convention."""
+    result = cases[f"{package}-broken_batch_std"]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert result["invariants"] == ["convention"] and "expected std_convention='skyrl.grpo'" in result["message"]
+
+
+@pytest.mark.slow
+def test_a_later_estimator_is_not_checked_against_the_first(cases):
+    """The first call declares the monitor; a later rloo call is observed without advantages, with one warning."""
+    result = cases["estimator_changes"]
+    assert result["steps"] == 2 and result["declared"] == "skyrl.grpo" and result["violations"] == []
+    assert len(result["warnings"]) == 1 and "'leave_one_out'" in result["warnings"][0]
+
+
+@pytest.mark.slow
+def test_detach_restores_both_packages(cases):
+    """attach() wraps the dispatcher of skyrl-train and skyrl; detach() puts both back."""
+    result = cases["detach_restores"]
+    assert result["patched"] == ["skyrl.backends.skyrl_train.utils.ppo_utils", "skyrl_train.utils.ppo_utils"]
+    assert result["wrapped"] and result["restored"]
+
+
+@pytest.mark.slow
+def test_example_runs_in_seconds(tmp_path):
+    """examples/skyrl_example.py: three quiet steps, the custom batch-std grpo stopped, detached."""
+    proc = run_in_venv("skyrl", REPO / "examples" / "skyrl_example.py", timeout=120, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "step 2: 4 groups, degenerate rate 0.25, estimator skyrl.grpo, violations 0" in proc.stdout
+    assert "custom grpo stopped: convention" in proc.stdout and "detached: True" in proc.stdout
