@@ -1,61 +1,95 @@
 """Audit a user's advantage function ``rewards (B, G) -> advantages (B, G)`` with crafted batches.
 
-Each probe batch goes through a fresh :class:`GRPOMonitor` (policy ``"ignore"``): the
-invariant checks and the convention inference are the monitor's own. On top, the audit
-checks permutation equivariance within groups, independence from the rest of the batch,
-the handling of NaN (unscorable) rewards and the sensitivity to the reward scale, and
-computes the expected gradient by exact enumeration over success counts (seed 000).
+Each probe batch (:mod:`.audit_probes`) is run in float64 and in float32 through a fresh
+:class:`GRPOMonitor`: the invariant checks are the monitor's own, with their severities.
+On top, the audit names the registry entry the function reproduces, checks permutation
+equivariance and independence from the rest of the batch, classifies NaN (unscorable)
+rewards, computes the expected gradient by exact enumeration (seed 000), and words the
+likely cause from the combination of what broke.
+
+Verdict and exit code: ``error`` (2) when the function does not run (it raises on every
+probe of plain rewards, or returns None, a non-tensor or the wrong shape); ``broken`` (1)
+on an error-severity violation or an ``expect`` that does not fit; else ``ok`` (0, a
+registry entry matches) or ``consistent`` (0, nothing breaks but no entry matches). What
+the matched entry's own output breaks on a batch, and float32 rounding, are warnings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
-import math
 import os
 import sys
-import warnings
-from typing import Any, Callable
+from typing import Any
 
+import numpy as np
 import torch
 
+from . import audit_probes as probes
 from . import theory
-from .config import MonitorConfig
-from .monitor import GRPOMonitor
+from .audit_probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
+from .config import Tolerances
+from .estimators import Estimator, get
 from .strict_json import json_safe
 
-AdvantageFn = Callable[[torch.Tensor], Any]
-#: Success probabilities of the expected-gradient table.
-P_GRID: tuple[str, ...] = ("0.01", "0.05", "0.1", "0.25", "0.5", "0.75", "0.9", "0.99")
 #: Notes on NaN handling that are not violations.
 NAN_NOTES = {
     "propagates": "NaN rewards propagate to NaN advantages: score or mask unscorable responses before calling it",
     "raises": "the function raises on NaN rewards: score or mask unscorable responses before calling it",
     "group_dropped": "a group holding a NaN reward gets advantage 0 everywhere: its scorable responses are wasted",
 }
-#: Probes whose reward scale is 1: the convention is judged on these.
-UNIT_SCALE = ("binary", "continuous")
-
-
-@dataclasses.dataclass
-class ProbeResult:
-    """What one probe batch showed: the monitor's verdict, or the error the function raised."""
-
-    name: str
-    description: str
-    convention: str | None = None
-    stabilizer: float | None = None
-    violations: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    error: str | None = None
+#: Likely causes, each given away by a combination of symptoms (see :func:`structural_causes`).
+CAUSES = {
+    "wrong_axis": "statistics over the wrong axis: mean/std across prompts (dim 0) instead of within each group "
+    "(dim 1): advantages are neither equivariant within a group nor independent of the other groups",
+    "misaligned": "advantages misaligned with their rewards (rolled, shuffled or gathered within the group): they "
+    "do not follow their responses when the responses are permuted",
+    "batch_baseline": "a baseline over the whole batch instead of each group's mean: group means are not 0 and "
+    "each group's advantages depend on the other groups",
+    "off_center": "a baseline other than the group mean, or a constant added: the advantages follow their "
+    "responses and ignore the other groups, but do not average to 0 within a group",
+    "nonlinear": "a nonlinear map of the rewards within a group (clipping, ranks, a per-row denominator): the "
+    "advantages follow their responses but are not an increasing affine function of the rewards",
+    "nan_counted": "unscorable (NaN) rewards enter the group statistics (e.g. nan_to_num(rewards, 0) before the "
+    "mean/std) or get a nonzero advantage: mask them and give them advantage 0",
+    "tiny_eps": "float32 rounding of a constant group's mean, divided by a tiny stabilizer or an epsilon used as a "
+    "floor: the constant group weighs like a real one (give groups whose std is 0 advantage 0, or use a larger eps)",
+    "not_rounding": "all-equal groups get nonzero advantages even on 0/1 rewards, which every precision holds "
+    "exactly, so not rounding: a baseline other than the group mean, or a constant added to every advantage",
+}
+#: The invariants each structural cause explains (the others keep the monitor's hint).
+EXPLAINS = {
+    "wrong_axis": ("zero_group_mean", "affine_in_rewards", "degenerate_zero", "permutation_equivariance"),
+    "misaligned": ("affine_in_rewards", "zero_group_mean", "permutation_equivariance"),
+    "sign_flip": ("affine_in_rewards",),
+    "near": ("zero_group_mean", "affine_in_rewards"),
+}
+#: Above this x typical |advantage| a constant group's residue is an error (the monitor's own threshold).
+RESIDUE_ERROR = Tolerances().degenerate_error
 
 
 @dataclasses.dataclass
 class AuditResult:
-    """The audit of one function (see :func:`audit`); ``to_dict()`` is the ``--json`` output."""
+    """The audit of one function (see :func:`audit`); ``to_dict()`` is the ``--json`` output.
+
+    ``verdict`` is ``ok``, ``consistent``, ``broken`` or ``error`` (``error`` says why);
+    ``inferred`` names the best registry match and ``matches`` every entry that reproduces
+    the function, best first; ``expected``/``expected_fits`` the ``--expect`` check;
+    ``causes`` the likely causes of what broke. Each violation carries its ``severity``.
+    """
 
     function: str
     group_size: int
+    verdict: str
+    error: str | None
+    inferred: str | None
+    matches: list[str]
+    match: dict[str, Any] | None
+    expected: str | None
+    expected_fits: bool | None
+    causes: list[str]
     convention: str
     stabilizer: float | None
     equivariant: bool | None
@@ -66,10 +100,16 @@ class AuditResult:
     notes: list[str]
     gradient: list[dict[str, Any]]
     probes: list[ProbeResult]
+    dtypes: tuple[str, ...] = tuple(DTYPES)
+
+    @property
+    def exit_code(self) -> int:
+        """2 when the function does not run, 1 when it is broken, else 0."""
+        return {"error": 2, "broken": 1}.get(self.verdict, 0)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (``None`` for infinite or undefined numbers)."""
-        return json_safe(dataclasses.asdict(self))
+        return json_safe({**dataclasses.asdict(self), "exit_code": self.exit_code})
 
 
 # ---------------------------------------------------------------------- loading
@@ -83,6 +123,8 @@ def load_function(spec: str) -> AdvantageFn:
             raise ValueError(f"module file {module_part!r} does not exist")
         name = f"_grpo_audit_{os.path.splitext(os.path.basename(module_part))[0]}"
         loader = importlib.util.spec_from_file_location(name, module_part)
+        if loader is None or loader.loader is None:
+            raise ValueError(f"module file {module_part!r} cannot be imported")
         module = importlib.util.module_from_spec(loader)
         sys.modules[name] = module
         loader.loader.exec_module(module)
@@ -100,193 +142,285 @@ def load_function(spec: str) -> AdvantageFn:
     return obj
 
 
-# ----------------------------------------------------------------------- probes
-def make_probes(G: int, seed: int = 0) -> list[tuple[str, str, torch.Tensor]]:
-    """(name, description, rewards (B, G)) of every probe batch."""
-    gen = torch.Generator().manual_seed(seed)
-    binary = torch.stack([_row_with(K, G, gen) for K in range(G + 1) for _ in range(2)])
-    continuous = torch.randn(16, G, generator=gen, dtype=torch.float64)
-    consts = torch.tensor([0.7, 1 / 3, 0.3, 0.9], dtype=torch.float32)[:, None].expand(4, G)
-    live32 = torch.where(binary[1:2 * G - 1] > 0, 0.7, 0.2).to(torch.float32)
-    nan_rows = binary.clone()
-    nan_rows[2:2 * G:2, 0] = torch.nan  # one unscorable response in every other group
-    nan_rows[3, :2] = torch.nan
-    return [
-        ("binary", f"0/1 rewards at every success count K = 0..{G}, shuffled within groups", binary),
-        ("continuous", "standard-normal rewards", continuous),
-        ("float32_constant", "float32 groups of non-dyadic constants (0.7, 1/3, 0.3, 0.9) among 0.7/0.2 groups",
-         torch.cat([consts, live32])),
-        ("nan_rows", "0/1 rewards with NaN (unscorable) responses in some groups", nan_rows),
-        ("offset", "continuous rewards + 1e6", continuous + 1e6),
-        ("scale_up", "continuous rewards x 1e4", continuous * 1e4),
-        ("scale_down", "continuous rewards x 1e-4", continuous * 1e-4),
-    ]
-
-
-def _row_with(K: int, G: int, gen: torch.Generator) -> torch.Tensor:
-    row = torch.zeros(G, dtype=torch.float64)
-    row[torch.randperm(G, generator=gen)[:K]] = 1.0
-    return row
-
-
-def _call(fn: AdvantageFn, rewards: torch.Tensor) -> torch.Tensor:
-    """``fn(rewards)`` as a tensor of the rewards' shape, or a worded ValueError (its warnings muted)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        out = fn(rewards.clone())
-    out = torch.as_tensor(out.detach() if isinstance(out, torch.Tensor) else out)
-    if out.numel() != rewards.numel():
-        raise ValueError(f"returned shape {tuple(out.shape)} for rewards of shape {tuple(rewards.shape)}")
-    return out.reshape(rewards.shape)
-
-
-def run_probe(fn: AdvantageFn, name: str, description: str, rewards: torch.Tensor, G: int, expect: str) -> ProbeResult:
-    """One probe: the function's advantages through a fresh monitor (policy 'ignore')."""
-    result = ProbeResult(name, description)
-    try:
-        adv = _call(fn, rewards)
-    except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way
-        result.error = f"{type(exc).__name__}: {exc}"
-        return result
-    mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="ignore", std_convention=expect, strict=True))
-    mon.observe_rollout(rewards, advantages=adv)
-    report = mon.end_step()
-    result.convention = report.convention
-    result.stabilizer = report.metrics.get("grpo/adv/stabilizer")
-    for v in report.violations:
-        rows = [g for g in v.groups if isinstance(g, int)][:1]
-        example = {"rewards": _short(rewards[rows[0]]), "advantages": _short(adv[rows[0]])} if rows else None
-        result.violations.append({"probe": name, "invariant": v.invariant, "observed": str(v.observed),
-                                  "expected": str(v.expected), "hint": v.hint, "example": example})
-    return result
-
-
-def _short(t: torch.Tensor) -> list[float]:
-    return [float(f"{x:.6g}") for x in t.to(torch.float64).tolist()]
-
-
-# ------------------------------------------------------------------- extra checks
-def equivariance_error(fn: AdvantageFn, rewards: torch.Tensor, seed: int = 1) -> float:
-    """Max |f(r permuted within each row) - f(r) permuted| relative to max |f(r)| (independent row permutations)."""
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.stack([torch.randperm(rewards.shape[1], generator=gen) for _ in range(len(rewards))])
-    base = _call(fn, rewards).to(torch.float64)
-    moved = _call(fn, rewards.gather(1, perm)).to(torch.float64)
-    return _relative(moved, base.gather(1, perm))
-
-
-def batch_dependence(fn: AdvantageFn, rewards: torch.Tensor) -> float:
-    """Max difference between each group's advantages in the batch and alone, relative to max |advantage|."""
-    whole = _call(fn, rewards).to(torch.float64)
-    alone = torch.cat([_call(fn, rewards[i:i + 1]).to(torch.float64) for i in range(len(rewards))])
-    return _relative(alone, whole)
-
-
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    scale = b.abs().nan_to_num(0.0).max().clamp(min=1e-300)
-    diff = (a - b).abs()
-    same_nan = torch.isnan(a) & torch.isnan(b)
-    return float(torch.where(same_nan, 0.0, diff.nan_to_num(math.inf)).max() / scale)
-
-
-def scale_response(fn: AdvantageFn, rewards: torch.Tensor) -> dict[str, float]:
-    """Median |advantage| ratio when the rewards are scaled by 1e-4 and 1e4 (1.0: scale invariant)."""
-    base = _call(fn, rewards).to(torch.float64).abs().median()
-    out = {}
-    for factor in (1e-4, 1e4):
-        scaled = _call(fn, rewards * factor).to(torch.float64).abs().median()
-        out[f"x{factor:g}"] = float(scaled / base) if base > 0 else math.nan
-    return out
-
-
-def nan_verdict(probe: ProbeResult, fn: AdvantageFn, rewards: torch.Tensor) -> str:
-    """How unscorable (NaN-reward) rows are treated.
-
-    ``excluded``: they get 0 and stay out of their group's statistics (correct);
-    ``counted``: finite advantages that break an invariant (silently wrong, a violation);
-    ``group_dropped``: every advantage of a group holding a NaN is 0 (the group is skipped);
-    ``propagates``: NaN advantages come out (loud); ``raises``: the function raised.
-    """
-    if probe.error:
-        return "raises"
-    adv = _call(fn, rewards).to(torch.float64)
-    if not torch.isfinite(adv).all():
-        return "propagates"
-    with_nan = torch.isnan(rewards).any(dim=1)
-    if bool((adv[with_nan] == 0).all()):
-        return "group_dropped"
-    wrong = {"unscorable_rows", "zero_group_mean", "affine_in_rewards"}
-    return "counted" if any(v["invariant"] in wrong for v in probe.violations) else "excluded"
-
-
-def gradient_table(fn: AdvantageFn, G: int) -> list[dict[str, Any]]:
-    """Expected gradient of ``fn`` against the true ``p(1-p)`` by exact enumeration (seed 000).
-
-    ``function`` and ``ratio`` are None, with ``error`` set, where the expectation is
-    undefined (e.g. NaN advantages on an all-equal group).
-    """
-    rows = []
-    for p in P_GRID:
-        true = float(theory.expected_gradient(p, G, "true"))
-        row: dict[str, Any] = {"p": float(p), "true": true, "function": None, "ratio": None}
+# -------------------------------------------------------------------- severities
+def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str, Probe], runs64: dict, G: int
+                     ) -> None:
+    """Warnings, not errors: what the matched entry's own output breaks on a probe the function reproduces it on
+    (a reward clip, a reward domain, verl's one-row groups)."""
+    est = get(match.name)
+    by_probe = {(p.name, p.dtype): p for p in results}
+    for name, probe in batches.items():
+        errors = {v["invariant"] for v in _errors(by_probe[(name, "float64")])}
+        if not errors:
+            continue
+        r = probe.rewards
         try:
-            value = theory.expected_gradient_of(lambda r: _call(fn, r), p, G)
-            row.update(function=value, ratio=value / true)
-        except Exception as exc:  # noqa: BLE001
-            row["error"] = f"{type(exc).__name__}: {exc}"
-        rows.append(row)
-    return rows
+            ref = torch.from_numpy(est(r.reshape(-1).numpy(), np.repeat(np.arange(len(r)), G), **match.params))
+        except ValueError:  # the entry refuses this batch (e.g. pass@k on a group of one)
+            continue
+        if probes.relative(runs64[name][1].reshape(-1), ref) > probes.MATCH_TOL:
+            continue
+        shown = errors & {v.invariant for v in probes.monitor_report(r, ref.view_as(r), G).violations}
+        hint = f"{match.name} itself does this on these rewards ({est.description}): not a bug of the function"
+        if est.reward_domain != "real":
+            hint += f"; its promises hold for {est.reward_domain} rewards"
+        for v in (v for d in DTYPES for v in by_probe[(name, d)].violations if v["invariant"] in shown):
+            v.update(severity="warning", hint=hint)
+
+
+def judge_rounding(fn: AdvantageFn, results: list[ProbeResult], runs: dict[str, dict], batches: dict[str, Probe]
+                   ) -> None:
+    """Float32 rounding is a warning where it explains a breach, and is named only then (see :data:`CAUSES`)."""
+    by_probe = {(p.name, p.dtype): p for p in results}
+    exact = not _errors(by_probe[("binary", "float64")], "degenerate_zero")  # 0/1 constants: exact in any dtype
+    for name, probe in batches.items():
+        p64, p32 = by_probe[(name, "float64")], by_probe[(name, "float32")]
+        seen64 = {v["invariant"] for v in _errors(p64)}
+        a32 = runs["float32"][name][1] if name in runs["float32"] else None
+        if "degenerate_zero" in seen64:
+            found = [v for p in (p64, p32) for v in p.violations if v["invariant"] == "degenerate_zero"]
+            cast = exact and _same(probe.rewards, a32, runs["float64"].get(name))
+            _constant_cause(found, a32 if cast else None, probe)
+        if a32 is None:
+            continue
+        r32 = probe.rewards.float()
+        for v in (v for v in _errors(p32) if v["invariant"] not in seen64):
+            if v["invariant"] == "degenerate_zero":
+                _float32_residue(v, probes.residue_ratio(r32, a32))
+            elif v["invariant"] in ("zero_group_mean", "affine_in_rewards"):
+                _float32_only(v, *probes.rounding_excess(fn, r32, a32))
+
+
+def _errors(p: ProbeResult, invariant: str | None = None) -> list[dict[str, Any]]:
+    return [v for v in p.violations if v["severity"] == "error" and invariant in (None, v["invariant"])]
+
+
+def _same(rewards: torch.Tensor, a32: torch.Tensor | None, run64: tuple | None) -> bool:
+    """Whether the constant groups get the same advantages from float64 and float32 rewards (a float32 cast inside)."""
+    if a32 is None or run64 is None:
+        return False
+    constant = rewards.amax(1) == rewards.amin(1)
+    return torch.allclose(run64[1].to(torch.float64)[constant], a32.to(torch.float64)[constant], rtol=1e-3, atol=0.0)
+
+
+def _constant_cause(found: list[dict[str, Any]], cast32: torch.Tensor | None, probe: Probe) -> None:
+    """Constant groups breaking in float64 too: the function's own float32 cast (``cast32``, its float32 output,
+    when exact 0/1 constants are fine and float32 rewards give the same), or not rounding at all (None)."""
+    if cast32 is None:
+        for v in found:
+            v.update(severity="error", hint=CAUSES["not_rounding"])
+        return
+    ratio = probes.residue_ratio(probe.rewards.float(), cast32)
+    for v in (v for v in found if v["severity"] == "error"):
+        _float32_residue(v, ratio, " (the function computes in float32 whatever it is given)")
+
+
+def _float32_residue(v: dict[str, Any], ratio: float, where: str = " (float64 rewards give exactly 0)") -> None:
+    if ratio <= RESIDUE_ERROR:
+        v.update(severity="warning", hint=f"float32 rounding: a constant group's mean is off by a few ulp, "
+                 f"harmless at {ratio:.2g} x typical |advantage|{where}")
+    else:
+        v["hint"] = CAUSES["tiny_eps"] + where
+
+
+def _float32_only(v: dict[str, Any], deviation: float, bound: float) -> None:
+    if deviation <= bound:
+        v.update(severity="warning", hint=f"float32 rounding: the float32 advantages differ from the function's "
+                 f"float64 ones by {deviation:.2g} x typical |advantage|, within the {bound:.2g} rounding explains")
+    else:
+        v["hint"] = (f"only in float32, and beyond rounding: {deviation:.2g} x typical |advantage| from the "
+                     f"function's float64 output where rounding explains {bound:.2g} (a half-precision cast or a "
+                     f"one-pass variance E[r^2] - E[r]^2?)")
+
+
+# --------------------------------------------------------------------- diagnosis
+def structural_causes(equivariant: bool | None, independent: bool | None, rows, descriptions: dict[str, str]
+                      ) -> dict[str, str]:
+    """invariant -> the cause the symptoms point to: an axis, a misalignment, a sign flip, lost precision, a
+    baseline; ``rows`` is (float64 rows, the same negated)."""
+    kind, cause = None, ""
+    if equivariant is False:
+        kind = "wrong_axis" if independent is False else "misaligned"
+        cause = CAUSES[kind]
+    elif flipped := probes.registry_matches(rows[1]):
+        kind, cause = "sign_flip", f"sign flip: the negated advantages match {probes.describe(flipped[0])}"
+    elif near := probes.near_match(rows[0], descriptions):
+        kind, cause = "near", near
+    if kind:
+        return {invariant: cause for invariant in EXPLAINS[kind]}
+    if equivariant and independent is False:
+        return {"zero_group_mean": CAUSES["batch_baseline"]}
+    return {"zero_group_mean": CAUSES["off_center"], "affine_in_rewards": CAUSES["nonlinear"]} if equivariant else {}
+
+
+def apply_causes(violations: list[dict[str, Any]], structural: dict[str, str], nan_rows: str) -> list[str]:
+    """Replace the generic hints of error violations by the cause the combination points to; the causes used."""
+    used: list[str] = []
+    for v in (v for v in violations if v["severity"] == "error"):
+        cause = None
+        if v["probe"] == "nan_rows" and nan_rows == "counted":
+            cause = CAUSES["nan_counted"]
+        elif v["probe"] != "nan_rows":
+            cause = structural.get(v["invariant"])
+        if cause:
+            v["hint"] = cause
+            used += [cause] if cause not in used else []
+    return used
+
+
+def _family(est: Estimator) -> tuple:
+    ref = est.reference
+    if isinstance(ref, functools.partial):
+        return ref.func, ref.keywords.get("scale")
+    return ref, None
+
+
+def expectation_cause(expected: str, inferred: Match | None) -> str:
+    """Why ``expected`` does not fit, worded from the entry that does."""
+    want = get(expected)
+    if inferred is None:
+        return f"expected {expected} ({want.description}), but no registry entry reproduces the function"
+    got, head = get(inferred.name), f"expected {expected}, inferred {inferred.name}: "
+    same = _family(want) == _family(got)
+    if same and want.params.get("ddof") != got.params.get("ddof"):
+        std = {0: "population std (correction=0)", 1: "Bessel std (torch.std's default, correction=1)"}
+        return head + f"{std[got.params['ddof']]} where {std[want.params['ddof']]} was expected"
+    if same and want.fit_param and want.fit_param in inferred.params:
+        return head + (f"another stabilizer: {want.fit_param} {inferred.params[want.fit_param]:.1e} where "
+                       f"{expected} uses {want.params[want.fit_param]:g}")
+    return head + f"{got.description} instead of {want.description}"
 
 
 # -------------------------------------------------------------------------- audit
 def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None) -> AuditResult:
-    """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) and collect the verdicts.
+    """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) in float64 and float32 and collect the verdicts.
 
-    ``expect`` declares a convention (``population``, ``bessel``, ...): a mismatch is then a
-    ``convention`` violation; with ``"auto"`` the convention is only reported.
+    ``expect`` names the registry entry the function should reproduce (``population``,
+    ``bessel``, ``trl.group``, ``verl.grpo``, ...): when it does not fit, that is an
+    error-severity ``convention`` violation; with ``"auto"`` the match is only reported.
     """
     G = theory._check_group_size(group_size)
-    batches = {n: r for n, _, r in make_probes(G)}
-    probes = [run_probe(fn, n, d, r, G, expect) for n, d, r in make_probes(G)]
-    by_name = {p.name: p for p in probes}
-    notes = [f"probe {p.name} raised {p.error}" for p in probes if p.error and p.name != "nan_rows"]
-    convention, stabilizer = _convention(probes, notes)
-    nan_rows = nan_verdict(by_name["nan_rows"], fn, batches["nan_rows"])
-    violations = [v for p in probes for v in p.violations if _counts(p.name, v["invariant"], nan_rows)]
-    equivariant = batch_independent = None
-    scale: dict[str, float] = {}
-    usable = by_name["binary"].error is None and by_name["continuous"].error is None
-    if usable:
-        mixed = torch.cat([batches["binary"], batches["continuous"]])
-        eq = equivariance_error(fn, mixed)
-        equivariant = eq <= 1e-6
-        batch_independent = batch_dependence(fn, mixed) <= 1e-6
-        scale = scale_response(fn, batches["continuous"])
-        if not equivariant:
-            violations.append({"probe": "permutation", "invariant": "permutation_equivariance",
-                               "observed": f"relative change {eq:.3g} when responses are permuted within groups",
-                               "expected": "advantages follow their responses under any within-group permutation",
-                               "hint": "rows misaligned with rewards, or statistics over the wrong axis", "example": None})
+    if expect != "auto" and get(expect).multi_reward:
+        raise ValueError(f"expect={expect!r} takes several reward columns; the audit probes one reward per response")
+    label = name or str(getattr(fn, "__qualname__", repr(fn)))
+    batches = {p.name: p for p in probes.make_probes(G)}
+    results: list[ProbeResult] = []
+    runs: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {d: {} for d in DTYPES}
+    for probe in batches.values():
+        for dtype in DTYPES:
+            result, adv = probes.run_probe(fn, probe, dtype, G)
+            results.append(result)
+            if adv is not None:
+                runs[dtype][probe.name] = (probe.rewards, adv)
+    failure = _does_not_run(results)
+    if failure:
+        return AuditResult(
+            function=label, group_size=G, verdict="error", error=f"the function does not run: {failure}",
+            inferred=None, matches=[], match=None, expected=None if expect == "auto" else expect,
+            expected_fits=None, causes=[], convention="custom", stabilizer=None, equivariant=None,
+            batch_independent=None, nan_rows="n/a", scale={}, violations=[], notes=[], gradient=[],
+            probes=results)
+    return _judge(fn, label, G, expect, batches, results, runs)
+
+
+def _does_not_run(results: list[ProbeResult]) -> str | None:
+    """Why the function does not run: a broken contract anywhere, or an error on every probe of plain rewards."""
+    broken = next((p for p in results if p.contract), None)
+    if broken:
+        return f"{broken.error} (probe {broken.name}, {broken.dtype})"
+    core = [p for p in results if p.name in UNIT_SCALE]
+    if all(p.error for p in core):
+        return f"{core[0].error} (on every probe of 0/1 and of continuous rewards, in float64 and float32)"
+    return None
+
+
+def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, Probe],
+           results: list[ProbeResult], runs: dict[str, dict]) -> AuditResult:
+    """Everything after the probes ran: match, severities, extra checks, causes, verdict."""
+    notes: list[str] = []
+    nan_by_dtype = {d: probes.nan_verdict(next(p for p in results if (p.name, p.dtype) == ("nan_rows", d)),
+                                   runs[d].get("nan_rows", (None, None))[1], batches["nan_rows"].rewards)
+                    for d in DTYPES}
+    if len(set(nan_by_dtype.values())) > 1:
+        notes.append(f"NaN rewards are handled differently by dtype: {nan_by_dtype}")
+    nan_rows = nan_by_dtype["float64"]
+    runs64 = {k: (r, a.to(torch.float64)) for k, (r, a) in runs["float64"].items()}
+    rows = probes.replay_rows(runs64)
+    matches = probes.registry_matches(rows)
+    if matches:
+        excuse_by_design(results, matches[0], batches, runs64, G)
+    judge_rounding(fn, results, runs, batches)
+    violations = [v for p in results for v in p.violations if _counts(p.name, v["invariant"], nan_by_dtype[p.dtype])]
+    violations += [_raised(p) for p in results if p.error and p.name != "nan_rows"]
+    checks = _extra_checks(fn, batches, runs64, violations)
+    descriptions = {n: p.description for n, p in batches.items()}
+    errors = any(v["severity"] == "error" for v in violations)
+    structural = (structural_causes(checks["equivariant"], checks["batch_independent"],
+                                    (rows, probes.replay_rows(runs64, sign=-1.0)), descriptions) if errors else {})
+    causes = apply_causes(violations, structural, nan_rows)
+    fits = None if expect == "auto" else probes.expected_fits(expect, rows)
+    if fits is False:
+        _expect_violation(expect, matches, violations)
+    causes += [h for h in dict.fromkeys(v["hint"] for v in violations if v["severity"] == "error") if h not in causes]
     notes += [NAN_NOTES[nan_rows]] if nan_rows in NAN_NOTES else []
+    if not matches and not errors and (near := probes.near_match(rows, descriptions)):
+        notes.append(f"no registry entry reproduces it exactly; {near}")
+    broken, best = any(v["severity"] == "error" for v in violations), (matches[0] if matches else None)
     return AuditResult(
-        function=name or getattr(fn, "__qualname__", repr(fn)), group_size=G, convention=convention,
-        stabilizer=stabilizer, equivariant=equivariant, batch_independent=batch_independent, nan_rows=nan_rows,
-        scale=scale, violations=violations, notes=notes, gradient=gradient_table(fn, G) if usable else [],
-        probes=probes,
-    )
+        function=label, group_size=G, verdict="broken" if broken else "ok" if matches else "consistent", error=None,
+        inferred=best.name if best else None, matches=[m.name for m in matches],
+        match={**dataclasses.asdict(best), "text": probes.describe(best)} if best else None,
+        expected=None if expect == "auto" else expect, expected_fits=fits, causes=causes,
+        **_convention([p for p in results if p.dtype == "float64"], notes), **checks, nan_rows=nan_rows,
+        violations=violations, notes=notes, gradient=probes.gradient_table(fn, G) if "binary" in runs64 else [],
+        probes=results)
 
 
-def _convention(probes: list[ProbeResult], notes: list[str]) -> tuple[str, float | None]:
-    unit = [p for p in probes if p.name in UNIT_SCALE and p.error is None]
+def _extra_checks(fn: AdvantageFn, batches: dict[str, Probe], runs64: dict, violations: list) -> dict[str, Any]:
+    """Permutation equivariance, batch independence and scale response on the float64 plain-reward probes."""
+    if "binary" not in runs64 or "continuous" not in runs64:
+        return {"equivariant": None, "batch_independent": None, "scale": {}}
+    mixed = torch.cat([batches["binary"].rewards, batches["continuous"].rewards])
+    try:
+        eq, alone = probes.equivariance_error(fn, mixed), probes.batch_dependence(fn, mixed)
+        scale = probes.scale_response(fn, batches["continuous"].rewards)
+    except Exception as exc:  # noqa: BLE001 - e.g. a batch size baked into the function
+        violations.append(probes.finding("permutation", "float64", "runs", f"{type(exc).__name__}: {exc}",
+                                  "advantages for any batch size", "the function fails on a batch of another size "
+                                  "(34 groups, or one group alone): a batch or group size baked in?"))
+        return {"equivariant": None, "batch_independent": None, "scale": {}}
+    if eq > 1e-6:
+        violations.append(probes.finding("permutation", "float64", "permutation_equivariance",
+                                  f"relative change {eq:.3g} when responses are permuted within groups",
+                                  "advantages follow their responses under any within-group permutation",
+                                  "rows misaligned with rewards, or statistics over the wrong axis"))
+    return {"equivariant": eq <= 1e-6, "batch_independent": alone <= 1e-6, "scale": scale}
+
+
+def _expect_violation(expect: str, matches: list[Match], violations: list[dict[str, Any]]) -> None:
+    cause = expectation_cause(expect, matches[0] if matches else None)
+    violations.append(probes.finding("registry", "float64", "convention", f"{expect} does not reproduce the "
+                                     "function on the float64 probes",
+                                     f"the advantages of {expect} ({get(expect).description})", cause))
+
+
+def _raised(p: ProbeResult) -> dict[str, Any]:
+    where = " in float32, what trainers pass" if p.dtype == "float32" else ""
+    return probes.finding(p.name, p.dtype, "runs", p.error or "", "advantages for every probe batch",
+                   f"the function fails on some reward batches{where}")
+
+
+def _convention(results: list[ProbeResult], notes: list[str]) -> dict[str, Any]:
+    """The monitor's classic convention on the unit-scale float64 probes (``custom`` when they disagree)."""
+    unit = [p for p in results if p.name in UNIT_SCALE and p.error is None]
     found = {p.name: p.convention for p in unit}
     names = set(found.values())
     if not unit or None in names or len(names) != 1:
         if len(names) > 1:
             notes.append(f"probes disagree on the convention: {found}")
-        return "custom", None
+        return {"convention": "custom", "stabilizer": None}
     name = names.pop()
-    stab = unit[0].stabilizer if name in ("population", "bessel") else None
-    return name, stab
+    return {"convention": name, "stabilizer": unit[0].stabilizer if name in ("population", "bessel") else None}
 
 
 def _counts(probe: str, invariant: str, nan_rows: str) -> bool:

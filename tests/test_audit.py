@@ -52,19 +52,35 @@ FUNCTIONS = textwrap.dedent('''
         return (r - r.mean(1, keepdim=True)) / r.std(1, keepdim=True, correction=0)
 ''')
 
-#: name -> (convention, stabilizer or None, invariants broken)
+#: name -> (convention, stabilizer or None, invariants broken or warned about)
 VERDICTS = {
     "population": ("population", 1e-6, set()),
     "trl": ("bessel", 1e-4, set()),
     "trl_batch": ("batch", None, set()),
-    "verl": ("bessel", 1e-6, {"degenerate_zero"}),  # float32 constant 0.7-groups: |A| ~ 0.06
+    "verl": ("bessel", 1e-6, {"degenerate_zero"}),  # float32 constant 0.7-groups: |A| ~ 0.06, a warning
     "verl_float64": ("bessel", 1e-6, set()),
     "dr_grpo": ("none", None, set()),
     "rloo": ("leave_one_out", None, set()),
-    "wrong_axis": ("custom", None, {"zero_group_mean", "affine_in_rewards", "degenerate_zero", "permutation_equivariance"}),
+    "wrong_axis": ("custom", None,
+                   {"zero_group_mean", "affine_in_rewards", "degenerate_zero", "permutation_equivariance"}),
     "misaligned": ("custom", None, {"affine_in_rewards", "permutation_equivariance"}),
     "nan_as_zero": ("population", 1e-6, {"unscorable_rows", "zero_group_mean"}),
     "no_stabilizer": ("population", 0.0, {"finite"}),
+}
+
+#: name -> (verdict, exit code, the registry entry named first)
+EXITS = {
+    "population": ("ok", 0, "population"),
+    "trl": ("ok", 0, "trl.group"),
+    "trl_batch": ("ok", 0, "trl.batch"),
+    "verl": ("ok", 0, "verl.grpo"),
+    "verl_float64": ("ok", 0, "verl.grpo"),
+    "dr_grpo": ("ok", 0, "none"),
+    "rloo": ("ok", 0, "leave_one_out"),
+    "wrong_axis": ("broken", 1, None),
+    "misaligned": ("broken", 1, None),
+    "nan_as_zero": ("broken", 1, "population"),  # right on scorable rewards, wrong on NaN rows
+    "no_stabilizer": ("broken", 1, None),
 }
 
 #: Seed 000's table at G = 8 (population std, no stabilizer): standardized mean / true gradient.
@@ -97,11 +113,20 @@ def test_verdict(results, name):
     assert {v["invariant"] for v in r.violations} == broken
 
 
+@pytest.mark.parametrize("name", list(EXITS), ids=list(EXITS))
+def test_verdict_and_exit_code(results, name):
+    """Sound functions exit 0 and name their registry entry; broken ones exit 1; warnings never count."""
+    verdict, code, inferred = EXITS[name]
+    r = results[name]
+    assert (r.verdict, r.exit_code, r.inferred) == (verdict, code, inferred)
+    assert (inferred in r.matches) if inferred else not r.matches or r.verdict == "broken"
+
+
 @pytest.mark.parametrize("name,equivariant,independent", [
     ("population", True, True), ("trl_batch", True, False), ("wrong_axis", False, False), ("misaligned", False, True),
 ], ids=["population", "batch-std", "wrong-axis", "misaligned"])
 def test_equivariance_and_batch_independence(results, name, equivariant, independent):
-    """Permuting responses inside a group moves their advantages with them; per-group conventions ignore other groups."""
+    """Permuting responses inside a group moves their advantages with them; per-group conventions ignore the rest."""
     assert (results[name].equivariant, results[name].batch_independent) == (equivariant, independent)
 
 
@@ -114,15 +139,15 @@ def test_nan_rows_verdict(results, name, verdict):
 
 
 def test_violation_carries_an_example(results):
-    """A broken invariant comes with the rewards and advantages of an offending group."""
+    """A violation comes with the rewards and advantages of an offending group, its dtype and severity."""
     v = next(v for v in results["verl"].violations if v["invariant"] == "degenerate_zero")
-    assert v["probe"] == "float32_constant"
+    assert (v["probe"], v["dtype"], v["severity"]) == ("constant", "float32", "warning")
     ex = v["example"]
     assert len(set(ex["rewards"])) == 1 and abs(ex["advantages"][0]) > 0.01
 
 
 def test_expected_gradient_matches_seed_table(results):
-    """Exact enumeration reproduces seed 000: ratios 2.61/2.33/1.86 (population std), 7/8 (centred), 1 (leave-one-out)."""
+    """Exact enumeration reproduces seed 000: ratios 2.61/2.33/1.86 (population std), 7/8 (centred), 1 (RLOO)."""
     rows = {row["p"]: row for row in results["population"].gradient}
     for p, ratio in SEED_STANDARDIZED.items():
         assert rows[p]["ratio"] == pytest.approx(ratio, rel=2e-5)  # the stabilizer 1e-6 moves the 6th digit
@@ -137,17 +162,21 @@ def test_expected_gradient_undefined_when_nan(results):
 
 
 def test_declared_convention_mismatch_is_a_violation(module_file):
-    """With --expect population, a Bessel function breaks the convention invariant."""
+    """With expect="population", a Bessel function breaks the convention invariant, worded as such."""
     r = audit(load_function(f"{module_file}:verl_float64"), 8, expect="population")
-    assert [v["invariant"] for v in r.violations] == ["convention", "convention"]  # binary and continuous probes
+    assert [v["invariant"] for v in r.violations] == ["convention"]
+    assert (r.expected, r.expected_fits, r.inferred, r.exit_code) == ("population", False, "verl.grpo", 1)
+    assert "Bessel std (torch.std's default, correction=1) where population std" in r.violations[0]["hint"]
 
 
 def test_cli_json_and_exit_codes(module_file, monkeypatch, capsys):
-    """--json prints one object with convention and violations; exit 0 when clean, 1 with violations."""
+    """--json prints one object with verdict, match, convention and violations; exit 0 when sound, 1 when broken."""
     monkeypatch.chdir(module_file.parent)  # dotted import from the current folder
     assert main(["audit", "advfns:rloo", "--json"]) == 0
     clean = json.loads(capsys.readouterr().out)
     assert clean["convention"] == "leave_one_out" and clean["violations"] == []
+    assert (clean["verdict"], clean["inferred"], clean["exit_code"], clean["error"]) == ("ok", "leave_one_out", 0, None)
+    assert {"leave_one_out", "verl.rloo", "openrlhf.rloo"} <= set(clean["matches"])
     assert main(["audit", "advfns:wrong_axis", "--json", "--group-size", "4"]) == 1
     broken = json.loads(capsys.readouterr().out)
     assert broken["group_size"] == 4 and {"zero_group_mean", "permutation_equivariance"} <= {
@@ -156,9 +185,11 @@ def test_cli_json_and_exit_codes(module_file, monkeypatch, capsys):
 
 def test_cli_text_output(module_file, capsys):
     """The text report names the convention, the broken invariant with an example, and the gradient table."""
-    assert main(["audit", f"{module_file}:verl"]) == 1
+    assert main(["audit", f"{module_file}:verl"]) == 0  # the float32 residue is a warning
     text = capsys.readouterr().out
-    assert "bessel (stabilizer 1e-06)" in text and "degenerate_zero (probes: float32_constant)" in text
+    assert "verdict               OK: matches verl.grpo: (r - mean_g) / (torch.std_g + 1e-6)" in text
+    assert "(eps fitted 1.0e-06)" in text
+    assert "bessel (stabilizer 1e-06)" in text and "degenerate_zero (warning) (probes: constant@float32)" in text
     assert "e.g. rewards [0.7, 0.7" in text and "Expected gradient vs the true gradient" in text
 
 

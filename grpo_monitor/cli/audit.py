@@ -1,6 +1,9 @@
 """``grpo-monitor audit MODULE:FUNCTION``: probe an advantage function and report what it really computes.
 
-Exit code 0 when no invariant breaks, 1 when one does, 2 when the function cannot be loaded.
+Exit code 0 when nothing breaks (it matches a registry entry, or is at least consistent),
+1 when an invariant breaks with error severity or ``--expect`` does not fit, 2 when the
+function cannot be loaded or does not run (raises on every probe, returns None, a
+non-tensor or the wrong shape).
 """
 
 from __future__ import annotations
@@ -30,23 +33,26 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "audit",
         help="probe an advantage function rewards (B, G) -> advantages (B, G) with crafted batches",
         description="Import MODULE:FUNCTION (MODULE: a dotted module importable from the current folder, or a "
-        "path to a .py file) and probe it: binary groups at every success count, continuous rewards, "
-        "float32 constant groups, NaN rows, large offsets and scales. Reports the inferred std convention and "
-        "stabilizer, every invariant it breaks with an example, permutation equivariance, and its expected "
-        "gradient relative to the true gradient p(1-p) (exact enumeration).",
+        "path to a .py file) and probe it, in float64 and in float32 as trainers compute: binary groups at every "
+        "success count, continuous rewards, constant groups, NaN rows, an offset float32 still resolves, large "
+        "and small scales. Reports the registry estimator it reproduces (with the fitted stabilizer), every "
+        "invariant it breaks with an example and the likely cause, permutation equivariance, and its expected "
+        "gradient relative to the true gradient p(1-p) (exact enumeration). Exit code 0: sound, 1: broken, "
+        "2: the function does not run.",
     )
     parser.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypkg.adv:grpo_advantages or ./adv.py:fn")
     parser.add_argument("--group-size", "-G", type=int, default=8, help="responses per group G (default 8)")
-    parser.add_argument("--expect", default="auto",
-                        choices=("auto", "population", "bessel", "none", "batch", "leave_one_out"),
-                        help="declared convention: a mismatch becomes a violation (default: only report it)")
+    parser.add_argument("--expect", default="auto", metavar="NAME",  # checked in run(): the registry needs numpy
+                        help="the estimator the function should reproduce: a name of grpo_monitor.ESTIMATORS "
+                        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, ...), shown beside "
+                        "the inferred one; exit 1 when it does not fit (default: auto, only report the match)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args: argparse.Namespace) -> int:
-    """Audit the function; print text or JSON; exit 1 on violations."""
+    """Audit the function; print text or JSON; exit 2 when it does not run, 1 when it is broken, else 0."""
     from ..audit import audit, load_function
 
     try:
@@ -58,7 +64,29 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(result.to_dict(), indent=2, allow_nan=False))
     else:
         print(format_text(result))
-    return 1 if result.violations else 0
+    return result.exit_code
+
+
+def _verdict_lines(r: AuditResult) -> list[str]:
+    """The verdict first: what the function matches, or why it is broken or does not run."""
+    if r.verdict == "error":
+        return [f"  verdict               ERROR: {r.error}"]
+    if r.verdict == "broken":
+        n = len({v["invariant"] for v in r.violations if v["severity"] == "error"})
+        lines = [f"  verdict               BROKEN: {n} invariant(s) broken" + (f": {r.causes[0]}" if r.causes else "")]
+        lines += [f"                        also: {c}" for c in r.causes[1:]]
+        lines += [f"  matches               {r.match['text']}"] if r.match else []
+    elif r.match:
+        lines = [f"  verdict               OK: matches {r.match['text']}"]
+    else:
+        lines = ["  verdict               CONSISTENT: no invariant breaks, but no registry estimator reproduces it"]
+    if len(r.matches) > 1:
+        lines.append(f"  also matches          {', '.join(r.matches[1:])}")
+    if r.expected:
+        fits = "reproduces it" if r.expected_fits else "does NOT reproduce it"
+        lines.append(f"  expected              {r.expected}, inferred {r.inferred or 'no registry entry'}: "
+                     f"{r.expected} {fits}")
+    return lines
 
 
 def _convention_text(r: AuditResult) -> str:
@@ -71,8 +99,12 @@ def format_text(r: AuditResult) -> str:
     """The human-readable audit: verdict lines, violations with examples, gradient table."""
     yes_no = {True: "yes", False: "NO", None: "n/a"}
     scale = ", ".join(f"rewards {k}: |advantages| x{v:.3g}" for k, v in r.scale.items() if math.isfinite(v))
+    head = f"grpo-monitor audit: {r.function}  (G={r.group_size}, probed in {' and '.join(r.dtypes)})"
+    if r.verdict == "error":
+        return "\n".join([head, *_verdict_lines(r)])
     lines = [
-        f"grpo-monitor audit: {r.function}  (G={r.group_size})",
+        head,
+        *_verdict_lines(r),
         f"  convention            {_convention_text(r)}",
         f"  permutation-equivariant within groups: {yes_no[r.equivariant]}",
         f"  independent of the other groups in the batch: {yes_no[r.batch_independent]}",
@@ -88,14 +120,16 @@ def format_text(r: AuditResult) -> str:
 def _violation_lines(r: AuditResult) -> list[str]:
     if not r.violations:
         return ["  violations            none"]
-    by_invariant: dict[str, list[dict[str, Any]]] = {}
-    for v in r.violations:
-        by_invariant.setdefault(v["invariant"], []).append(v)
-    lines = [f"  violations            {len(by_invariant)} invariant(s) broken"]
-    for name, found in by_invariant.items():
+    by_invariant: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for v in sorted(r.violations, key=lambda v: v["severity"] != "error"):
+        by_invariant.setdefault((v["invariant"], v["severity"]), []).append(v)
+    errors = len({name for name, severity in by_invariant if severity == "error"})
+    warnings = len({name for name, severity in by_invariant if severity == "warning"})
+    lines = [f"  violations            {errors} invariant(s) broken, {warnings} warning(s)"]
+    for (name, severity), found in by_invariant.items():
         first = found[0]
-        probes = ", ".join(dict.fromkeys(v["probe"] for v in found))
-        lines.append(f"  - {name} (probes: {probes})")
+        probes = ", ".join(dict.fromkeys(_probe_label(v) for v in found))
+        lines.append(f"  - {name}{' (warning)' if severity == 'warning' else ''} (probes: {probes})")
         lines.append(f"      observed {first['observed']}; expected {first['expected']}")
         if first.get("example"):
             ex = first["example"]
@@ -103,6 +137,10 @@ def _violation_lines(r: AuditResult) -> list[str]:
         if first.get("hint"):
             lines.append(f"      likely cause: {first['hint']}")
     return lines
+
+
+def _probe_label(v: dict[str, Any]) -> str:
+    return f"{v['probe']}@{v['dtype']}" if v.get("dtype") == "float32" else v["probe"]
 
 
 def _seq(values: list[float]) -> str:
