@@ -98,10 +98,11 @@ def _children_cpu() -> float:
 
 def mode_scan(folder: Path, trace: bool, prefetch: bool | None) -> dict:
     """``scan_rollouts`` as the CLI runs it, the imports done first (they are not the scan)."""
+    from torch.utils import tensorboard  # noqa: F401
+
     import grpo_monitor.monitor  # noqa: F401  torch and the monitor: imported before timing
     from grpo_monitor.scan import scan_rollouts
     from grpo_monitor.sinks import tensorboard_sink  # noqa: F401
-    from torch.utils import tensorboard  # noqa: F401
 
     out = Path(tempfile.mkdtemp(prefix="grpo-bench-out-"))
     if trace:
@@ -126,7 +127,8 @@ def mode_scan(folder: Path, trace: bool, prefetch: bool | None) -> dict:
 
 def child(mode: str, folder: Path) -> dict:
     """Run one mode in a fresh interpreter; its JSON result."""
-    code = f"import sys; sys.argv = ['bench', '--child', {mode!r}, '--data', {str(folder)!r}]; exec(open({__file__!r}).read())"
+    code = (f"import sys; sys.argv = ['bench', '--child', {mode!r}, '--data', {str(folder)!r}]; "
+            f"exec(open({__file__!r}).read())")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="offline"))
     return json.loads(proc.stdout.strip().splitlines()[-1])

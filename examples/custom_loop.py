@@ -79,7 +79,7 @@ for step in range(STEPS):
     responses, mask = generate(policy, prompts)
     rewards = (responses[:, 0] == ((a + b) % 10).repeat_interleave(G)).double()  # flat (B*G,)
     uids = [f"uid-{step}-{i}" for i in range(B) for _ in range(G)]  # one id per row, verl style
-    questions = [f"{x}+{y}" for x, y in zip(a.tolist(), b.tolist())]  # one id per group
+    questions = [f"{x}+{y}" for x, y in zip(a.tolist(), b.tolist(), strict=True)]  # one id per group
 
     advantages = trl_advantages(rewards)
     monitor.observe_rollout(rewards, group_ids=uids, advantages=advantages, question_ids=questions)
@@ -87,7 +87,7 @@ for step in range(STEPS):
     with torch.no_grad():
         old_logprobs = response_logprobs(policy, prompts, responses)
         ref_logprobs = response_logprobs(reference, prompts, responses)
-    for epoch in range(EPOCHS):  # PPO-style inner epochs: the ratio leaves 1 on the second
+    for _epoch in range(EPOCHS):  # PPO-style inner epochs: the ratio leaves 1 on the second
         for idx in torch.randperm(B * G).chunk(MICRO):
             logprobs = response_logprobs(policy, prompts[idx], responses[idx])
             adv = advantages[idx, None].float().expand_as(logprobs)

@@ -51,7 +51,7 @@ out.mkdir(parents=True, exist_ok=True)
 (out / "monitor.jsonl").unlink(missing_ok=True)
 config = MonitorConfig(group_size=G, std_convention="population", expect_on_policy=True, repro_dir=str(out / "repro"))
 with GRPOMonitor(config, sinks=[JSONLSink(out / "monitor.jsonl"), ConsoleSink(every=50)]) as monitor:
-    for step in range(STEPS):
+    for _step in range(STEPS):
         # 1. generate: B distinct questions, G responses each
         questions = torch.randperm(K, generator=gen)[:B]
         rows = questions.repeat_interleave(G)
@@ -82,7 +82,7 @@ with GRPOMonitor(config, sinks=[JSONLSink(out / "monitor.jsonl"), ConsoleSink(ev
         # 4. plain SGD, then one sync and every check of the step
         grads = torch.autograd.grad(loss, list(policy.values()))
         with torch.no_grad():
-            for param, grad in zip(policy.values(), grads):
+            for param, grad in zip(policy.values(), grads, strict=True):
                 param -= LR * grad
         report = monitor.end_step()
 

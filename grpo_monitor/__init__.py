@@ -33,11 +33,16 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
-    from .config import MonitorConfig, Tolerances
-    from .monitor import GRPOMonitor
-    from .report import StepReport
-    from .reproduce import load_repro, replay
-    from .violations import INVARIANTS, InvariantViolation, Violation
+    from .catalog.metrics import METRICS as METRICS
+    from .config import MonitorConfig as MonitorConfig
+    from .config import Tolerances as Tolerances
+    from .monitor import GRPOMonitor as GRPOMonitor
+    from .report import StepReport as StepReport
+    from .reproduce import load_repro as load_repro
+    from .reproduce import replay as replay
+    from .violations import INVARIANTS as INVARIANTS
+    from .violations import InvariantViolation as InvariantViolation
+    from .violations import Violation as Violation
 
 
 def __getattr__(name: str) -> Any:

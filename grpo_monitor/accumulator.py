@@ -9,7 +9,8 @@ once, into a frozen :class:`~grpo_monitor.sync.SyncedStep`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -72,7 +73,7 @@ class HostGroups:
     adv: np.ndarray
 
     @staticmethod
-    def union(parts: Sequence["HostGroups"]) -> "HostGroups":
+    def union(parts: Sequence[HostGroups]) -> HostGroups:
         """Every rank's groups in rank order; the advantage sample thinned back to ``ADV_SAMPLE``."""
         adv = np.concatenate([p.adv for p in parts])
         return HostGroups([k for p in parts for k in p.kept], [g for p in parts for g in p.generated],

@@ -7,7 +7,8 @@ into the :class:`StepReport` every sink receives, a breach's report included.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import torch
@@ -76,6 +76,7 @@ def _describe(name: str, d: RolloutDetail, labels: Sequence[Hashable], counts: d
         bad_adv = int((f.nonfinite & mask).sum()) if f is not None else 0
         return (f"{int(mask.sum())} groups with non-finite values ({bad_rewards} with an infinite reward, "
                 f"{bad_adv} with a NaN or infinite advantage)"), groups
+    assert f is not None, f"{name} is checked on advantages, so the rollout has an advantage fit"
     values, what = {
         "unscorable_rows": (f.unscorable_abs_max, "max |advantage| on NaN-reward rows"),
         "zero_group_mean": (f.intercept.abs(), "max |group mean of advantages|"),
@@ -116,16 +117,19 @@ def _residue_severity(v: Violation, d: RolloutDetail, typ: float, stabilizer: fl
     """``degenerate_zero`` as a warning when float32 rounding explains every offending group and none
     weighs more than ``tolerances.degenerate_error`` of a real group (``typ``: the live groups' mean
     advantage std; see ``RESIDUE_RULE``)."""
-    mask = d.offending["degenerate_zero"]
-    worst = float(d.fit.abs_max[mask].max())
+    mask, fit = d.offending["degenerate_zero"], d.fit
+    assert fit is not None, "degenerate_zero is checked on advantages, so the rollout has an advantage fit"
+    worst = float(fit.abs_max[mask].max())
     if not stabilizer or not math.isfinite(worst) or worst > config.tolerances.degenerate_error * typ:
         return v
     bound = residue_bound(d.stats.mean[mask].abs(), d.stats.n[mask], stabilizer)
-    if not bool((d.fit.abs_max[mask] <= bound).all()):
+    if not bool((fit.abs_max[mask] <= bound).all()):
         return v
+    ulp = float(bound.max()) * stabilizer / (_RESIDUE_ULPS * float(d.stats.n[mask].max()))
     cause = (f"float32 residue: a constant group's mean is off by a few ulp (ulp32 of |reward| "
-             f"{float(d.stats.mean[mask].abs().max()):.4g} is {float(bound.max()) * stabilizer / (_RESIDUE_ULPS * float(d.stats.n[mask].max())):.3g}), "
-             f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x a real group's advantage std")
+             f"{float(d.stats.mean[mask].abs().max()):.4g} is {ulp:.3g}), "
+             f"divided by std + stabilizer {stabilizer:g}; harmless at {worst / typ:.2g} x a real group's "
+             "advantage std")
     return dataclasses.replace(v, severity="warning", hint=cause)
 
 
@@ -138,7 +142,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
-    if not rows.replayable or not len(a):
+    if a is None or not rows.replayable or not len(a):
         return []
     valid = ~np.isnan(r)
     n_groups = int(g.max()) + 1

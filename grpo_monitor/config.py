@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -26,8 +26,8 @@ class Tolerances(BaseModel):
     )
     degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
     degenerate_error: float = Field(
-        0.25, gt=0, description="above this x a live group's advantage std, an all-equal group's residue is an error even when "
-        "float32 rounding explains it (below it, and explained: a warning)",
+        0.25, gt=0, description="above this x a live group's advantage std, an all-equal group's residue is an "
+        "error even when float32 rounding explains it (below it, and explained: a warning)",
     )
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
     convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
@@ -51,33 +51,45 @@ class MonitorConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
-    group_size: Optional[int] = Field(None, ge=2, description="responses per prompt, when fixed")
+    group_size: int | None = Field(None, ge=2, description="responses per prompt, when fixed")
     std_convention: str = Field(
         "auto", description="the advantage estimator the trainer uses: a name of grpo_monitor.ESTIMATORS "
         "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...) or 'auto'",
     )
-    stabilizer: Optional[float] = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
+    stabilizer: float | None = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
     on_violation: Policy = "raise"
     policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
     tolerances: Tolerances = Field(default_factory=Tolerances)
     outcome_rewards: bool = Field(True, description="one reward per response: token advantages constant per row")
     expect_on_policy: bool = Field(False, description="logprobs must equal old_logprobs (first inner epoch)")
-    clip_range: tuple[float, float] = Field((0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]")
-    kl_clamp: Optional[tuple[float, float]] = Field((-10.0, 10.0), description="bounds the trainer clamps its KL to")
+    clip_range: tuple[float, float] = Field(
+        (0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]"
+    )
+    kl_clamp: tuple[float, float] | None = Field((-10.0, 10.0), description="bounds the trainer clamps its KL to")
     rollout_scope: Literal["local", "global"] = "local"
-    defer_checks: bool = Field(False, description="check rollouts at end_step (one host sync per step) instead of at once")
-    repro_dir: Optional[str] = Field(None, description="where offending tensors are saved; None: a temp folder")
+    defer_checks: bool = Field(
+        False, description="check rollouts at end_step (one host sync per step) instead of at once"
+    )
+    repro_dir: str | None = Field(None, description="where offending tensors are saved; None: a temp folder")
     history_cap: int = Field(10_000, ge=1, description="questions kept in the per-question history")
-    success_halflife: Optional[float] = Field(
+    success_halflife: float | None = Field(
         10.0, gt=0, description="steps over which a question's pooled success rate halves its weight "
         "(the iid-predicted degenerate rate follows a learning policy); None: pool over the whole run",
     )
-    stuck_after: int = Field(5, ge=1, description="steps a question may be filtered in every attempt before it is flagged")
+    stuck_after: int = Field(
+        5, ge=1, description="steps a question may be filtered in every attempt before it is flagged"
+    )
     table_every: int = Field(10, ge=1, description="steps between per-question tables handed to the sinks")
     table_rows: int = Field(200, ge=1, description="rows of the per-question table")
-    sink_queue_size: int = Field(100, ge=1, description="reports queued per background sink before new ones are dropped")
-    sink_stall_timeout: float = Field(30.0, gt=0, description="seconds one sink call may run before the sink counts as blocked")
-    sink_flush_timeout: float = Field(20.0, gt=0, description="seconds close() waits in all for background sinks to drain")
+    sink_queue_size: int = Field(
+        100, ge=1, description="reports queued per background sink before new ones are dropped"
+    )
+    sink_stall_timeout: float = Field(
+        30.0, gt=0, description="seconds one sink call may run before the sink counts as blocked"
+    )
+    sink_flush_timeout: float = Field(
+        20.0, gt=0, description="seconds close() waits in all for background sinks to drain"
+    )
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
     @field_validator("policies")

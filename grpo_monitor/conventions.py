@@ -81,7 +81,8 @@ class ConventionTracker:
             problem = None if name else _mismatch(declared, fits)
             return ConventionFit(fits, name or declared, stabs.get(declared), problem)
         if not fits:
-            return ConventionFit((), None, None, "no convention fits: the scale k_g varies across groups in no known way")
+            return ConventionFit((), None, None,
+                                 "no convention fits: the scale k_g varies across groups in no known way")
         kept = tuple(c for c in (self.candidates or fits) if c in fits)
         problem = None
         if not kept:

@@ -120,7 +120,8 @@ def _finite(key: str, value: object) -> float:
     try:
         number = float(value)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - whatever float() refuses (a list, a multi-element tensor)
-        raise InputTypeError(f"metrics[{key!r}] must be a finite number, but got {type(value).__name__} {value!r:.40}") from None
+        raise InputTypeError(f"metrics[{key!r}] must be a finite number, but got {type(value).__name__} "
+                             f"{value!r:.40}") from None
     if isinstance(value, (str, bytes)) or not math.isfinite(number):
         kind = InputTypeError if isinstance(value, (str, bytes)) else InputValueError
         raise kind(f"metrics[{key!r}] must be a finite number, but got {value!r:.40}")

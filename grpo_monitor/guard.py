@@ -19,7 +19,8 @@ import functools
 import logging
 import warnings
 from collections import Counter
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -149,7 +150,8 @@ class Faults:
         else:
             log.error("grpo-monitor: internal error in %s again (%d in a row); %s", name, self.streak[part], what)
         if first or disable:
-            warnings.warn(f"grpo-monitor: internal error in {name}; {what} (see the log)", RuntimeWarning)
+            warnings.warn(f"grpo-monitor: internal error in {name}; {what} (see the log)", RuntimeWarning,
+                          stacklevel=1)
         if disable:
             self.disabled.add(part)
         return disable
@@ -172,7 +174,7 @@ class Faults:
             log.exception("grpo-monitor: internal error assembling the report of step %d; its metrics are "
                           "dropped, its checks ran, training goes on", step)
             warnings.warn("grpo-monitor: internal error assembling a step report; that step's metrics are "
-                          "dropped, checks still run (see the log)", RuntimeWarning)
+                          "dropped, checks still run (see the log)", RuntimeWarning, stacklevel=1)
         else:
             log.error("grpo-monitor: internal error assembling the report of step %d (%d so far)",
                       step, self.report_faults)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import OrderedDict
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class QuestionHistory:
         last_group = np.full(m, -1, dtype=np.int64)
         np.maximum.at(last_group, codes, np.arange(len(codes)))
         rows = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
-                   response_counts.tolist(), stds[last_group].tolist())
+                   response_counts.tolist(), stds[last_group].tolist(), strict=True)
         for qid, n_seen, n_drop, s_sum, r_count, std in rows:  # one pass over distinct questions
             self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std)
         while len(self._records) > self.cap:
@@ -232,7 +233,7 @@ class QuestionHistory:
             raise KeyError(f"history state lacks {sorted(missing)}; pass the dict state_dict() returned")
         restored = QuestionHistory(state["cap"], state["stuck_after"], state.get("halflife"))
         for qid, *values in state["questions"]:
-            restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values)))
+            restored._records[_hashable(qid)] = _Record(**dict(zip(_FIELDS, values, strict=False)))
         self.cap, self.stuck_after, self.halflife = restored.cap, restored.stuck_after, restored.halflife
         self._records, self._last_step = restored._records, state["last_step"]
         self._stuck = OrderedDict((q, None) for q, r in self._records.items() if r.stuck_streak >= self.stuck_after)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import operator
 import numbers
-from typing import Any, Hashable, Sequence
+import operator
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,7 +67,8 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
     if tensor.is_complex():
         raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
     if tensor.device.type == "meta":
-        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); pass a materialised tensor")
+        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); "
+                              "pass a materialised tensor")
     return tensor
 
 
@@ -162,7 +164,8 @@ def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor
         if t.is_floating_point() or t.is_complex():
             raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
         if t.dim() != 1:
-            raise InputValueError(f"group_ids has shape {tuple(t.shape)} but rewards has shape ({length},); pass one id per row")
+            raise InputValueError(f"group_ids has shape {tuple(t.shape)} but rewards has shape ({length},); "
+                                  "pass one id per row")
         _check_length(len(t), length)
         uniq, inverse = torch.unique(t.to(device), return_inverse=True)
         return inverse, uniq.tolist()
@@ -195,7 +198,8 @@ def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
     """A per-row tensor (e.g. advantages) flattened and checked against the rewards."""
     t = as_tensor(value, name)
     if t.device != layout.rewards.device:
-        raise InputValueError(f"{name} is on {t.device} but rewards is on {layout.rewards.device}; pass both on one device")
+        raise InputValueError(f"{name} is on {t.device} but rewards is on {layout.rewards.device}; "
+                              "pass both on one device")
     if tuple(t.shape) != layout.shape and not (t.dim() == 1 and t.numel() == len(layout.rewards)):
         raise InputValueError(
             f"{name} has shape {tuple(t.shape)} but rewards has shape {layout.shape}; pass {name} aligned with rewards"
@@ -220,7 +224,8 @@ def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
         first.scatter_reduce_(0, layout.gid.cpu(), rows, reduce="amin")
         return [ids[i] for i in first.tolist()]
     raise InputValueError(
-        f"question_ids has {len(ids)} entries; expected one per group ({layout.num_groups}) or per row ({len(layout.rewards)})"
+        f"question_ids has {len(ids)} entries; expected one per group ({layout.num_groups}) "
+        f"or per row ({len(layout.rewards)})"
     )
 
 

@@ -20,22 +20,23 @@ import dataclasses
 import logging
 import threading
 import warnings
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from . import inputs
 from .accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
 from .assemble import assemble_report, violation_metrics
-from .config import MonitorConfig
-from .distributed import rank_and_world
-from .guard import Faults, fail_open, locked
-from .checks import group_violations, passk_violations, token_violations, violation
-from .estimators.judge import DEVICE_PROMISES
 from .catalog.metrics import DISABLED_PARTS_KEY
+from .checks import group_violations, passk_violations, token_violations, violation
+from .config import MonitorConfig
 from .derive import user_metrics
-from .repro import save_repro
+from .distributed import rank_and_world
+from .estimators.judge import DEVICE_PROMISES
+from .guard import Faults, fail_open, locked
 from .report import StepReport
+from .repro import save_repro
 from .run_state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
@@ -105,7 +106,8 @@ class GRPOMonitor:
             self._check_now()
 
     @fail_open("generation")
-    def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None, lengths: Any = None) -> None:
+    def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None,
+                           lengths: Any = None) -> None:
         """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
         layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
         if layout.rewards.numel() == 0:
@@ -129,7 +131,8 @@ class GRPOMonitor:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync."""
         from .stats import tokens as tok
 
-        tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl)
+        tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
+                       old_logprobs=old_logprobs, kl=kl)
         tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
         mask_t = inputs.as_tensor(mask, "mask")
         with inputs.boundary():
@@ -195,11 +198,14 @@ class GRPOMonitor:
 
     def _check_rollout(self, synced: SyncedStep) -> list[Violation]:
         """Name the estimator (declared or found; the run's lock narrows), then check what it promises."""
-        breached = frozenset(name for name in DEVICE_PROMISES if synced.rollout.get(f"viol_{name}", 0) > 0)
-        judged = self._run.judge_estimator(synced.rollout, synced.records, breached)
-        stabilizer = self.config.stabilizer if self.config.stabilizer is not None else getattr(judged, "stabilizer", None)
+        rollout = synced.rollout
+        assert rollout is not None, "called when synced.has_rollout"
+        breached = frozenset(name for name in DEVICE_PROMISES if rollout.get(f"viol_{name}", 0) > 0)
+        judged = self._run.judge_estimator(rollout, synced.records, breached)
+        stabilizer = (self.config.stabilizer if self.config.stabilizer is not None
+                      else getattr(judged, "stabilizer", None))
         records = [(r.detail, r.questions if r.questions is not None else r.labels) for r in synced.records]
-        found = group_violations(synced.rollout, records, self.config, self.step, stabilizer)
+        found = group_violations(rollout, records, self.config, self.step, stabilizer)
         if judged is None:
             return found
         self._acc.convention = judged
@@ -250,7 +256,8 @@ class GRPOMonitor:
             if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ... time: a recurring warning stays readable
                 log.warning("grpo-monitor: %s (occurrence %d)", v.message(), count)
             if count == 1:
-                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)", RuntimeWarning)
+                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
+                              RuntimeWarning, stacklevel=1)
 
     # ------------------------------------------------------------------ report
     def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
@@ -284,7 +291,8 @@ class GRPOMonitor:
     # ----------------------------------------------------------- fail-open
     @property
     def disabled_parts(self) -> frozenset[str]:
-        """Parts switched off by an internal fault ("rollout", "generation", "loss", "end_step", "<name> integration")."""
+        """Parts switched off by an internal fault
+        ("rollout", "generation", "loss", "end_step", "<name> integration")."""
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
@@ -336,7 +344,7 @@ class GRPOMonitor:
         with self._lock:
             self.closed, self._closed_by = False, None
 
-    def __enter__(self) -> "GRPOMonitor":
+    def __enter__(self) -> GRPOMonitor:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

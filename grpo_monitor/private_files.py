@@ -43,13 +43,16 @@ def check_private(path: str | os.PathLike, *, kind: str = "dir") -> Path:
     st = os.lstat(path)
     expected = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
     if not expected(st.st_mode):
-        what = "a symlink" if stat.S_ISLNK(st.st_mode) else "not a " + ("directory" if kind == "dir" else "regular file")
+        what = ("a symlink" if stat.S_ISLNK(st.st_mode)
+                else "not a " + ("directory" if kind == "dir" else "regular file"))
         raise UnsafePathError(f"{path} is {what}; refusing to use it")
     uid = _uid()
     if uid is not None and st.st_uid != uid:
-        raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not by the current user (uid {uid}); refusing to use it")
+        raise UnsafePathError(f"{path} is owned by uid {st.st_uid}, not by the current user (uid {uid}); "
+                              "refusing to use it")
     if uid is not None and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafePathError(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); refusing to use it")
+        raise UnsafePathError(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
+                              "refusing to use it")
     return path
 
 

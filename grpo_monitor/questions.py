@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
 from .config import MonitorConfig
 from .history import QuestionHistory
-
 
 #: The per-group arrays a record sends to the host at the end of a step, in this order.
 GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate")
@@ -28,7 +28,7 @@ class GroupArrays:
 def split_arrays(flat: np.ndarray, sizes: Sequence[int], questions: Sequence[Any]) -> list[GroupArrays]:
     """Cut the step's concatenated per-group arrays back into records."""
     out, offset = [], 0
-    for size, q in zip(sizes, questions):
+    for size, q in zip(sizes, questions, strict=True):
         width = len(GROUP_ARRAYS) * size
         out.append(GroupArrays(flat[offset:offset + width], q))
         offset += width
@@ -105,7 +105,8 @@ class QuestionTracker:
         self.history = QuestionHistory(config.history_cap, config.stuck_after, config.success_halflife)
         self.binary = True  # every reward folded into the history so far was 0/1 (the iid prediction applies)
 
-    def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays], binary: bool) -> dict[str, float]:
+    def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays],
+               binary: bool) -> dict[str, float]:
         """Fold the step's groups with question ids into the history; the per-question metrics of the step.
 
         ``kept`` are the retained (training) groups, ``generated`` every generated group
@@ -118,23 +119,27 @@ class QuestionTracker:
             return {}
         filtered = np.zeros(len(cat.n), dtype=bool)
         if gen_cat is not None:
-            filtered = filtered_flags(cat.questions, cat.degenerate, kept_cat.questions if kept_cat is not None else [])
+            filtered = filtered_flags(_labels(cat), cat.degenerate, _labels(kept_cat) if kept_cat is not None else [])
         keep = np.isfinite(cat.reward_sum)  # an infinite reward is a `finite` breach, kept out of the history
-        questions = cat.questions if keep.all() else [q for q, k in zip(cat.questions, keep) if k]
-        self.history.update(step, questions, cat.reward_sum[keep], cat.n[keep].astype(np.int64), filtered[keep], cat.std[keep])
+        questions = _labels(cat) if keep.all() else [q for q, k in zip(_labels(cat), keep, strict=True) if k]
+        self.history.update(step, questions, cat.reward_sum[keep], cat.n[keep].astype(np.int64), filtered[keep],
+                            cat.std[keep])
         self.binary = self.binary and binary  # pooled success rates mix in every earlier step's rewards
         out: dict[str, float] = {"grpo/sampling/stuck_questions": float(len(self.history.stuck_questions()))}
         if self.binary:
-            out.update(self._theory_metrics(kept_cat, gen_cat))
+            out.update(self._theory_metrics(cat, kept_cat, gen_cat))
         return out
 
-    def _theory_metrics(self, kept: GroupArrays | None, generated: GroupArrays | None) -> dict[str, float]:
-        """iid-predicted degenerate rates and the overdispersion, from the pooled (run) history."""
-        cat = generated if generated is not None else kept
-        pooled = self.history.pooled(cat.questions)
+    def _theory_metrics(self, cat: GroupArrays, kept: GroupArrays | None,
+                        generated: GroupArrays | None) -> dict[str, float]:
+        """iid-predicted degenerate rates and the overdispersion, from the pooled (run) history.
+
+        ``cat`` is ``generated`` when there is one, else ``kept``.
+        """
+        pooled = self.history.pooled(_labels(cat))
         out = {"grpo/groups/overdispersion": conditional_overdispersion(cat.reward_sum, cat.n, pooled)}
         if kept is not None:
-            kept_pooled = pooled if kept is cat else self.history.pooled(kept.questions)
+            kept_pooled = pooled if kept is cat else self.history.pooled(_labels(kept))
             out["grpo/groups/degenerate_rate_iid"] = iid_degenerate_rate(kept.n, kept_pooled)
         if generated is not None:
             out["grpo/sampling/degenerate_rate_iid"] = iid_degenerate_rate(generated.n, pooled)
@@ -163,4 +168,11 @@ def _concat(records: list[GroupArrays]) -> GroupArrays | None:
     if len(records) <= 1:
         return records[0] if records else None
     flat = np.concatenate([np.stack([r.std, r.reward_sum, r.n, r.degenerate.astype(float)]) for r in records], axis=1)
-    return GroupArrays(flat.reshape(-1), [q for r in records for q in r.questions])
+    return GroupArrays(flat.reshape(-1), [q for r in records for q in _labels(r)])
+
+
+def _labels(arrays: GroupArrays) -> list[Hashable]:
+    """The question ids of records with question ids (the only ones the tracker merges)."""
+    if arrays.questions is None:
+        raise ValueError("expected per-group arrays with question ids, but got a record without them")
+    return arrays.questions

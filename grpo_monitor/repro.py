@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -28,11 +29,13 @@ def repro_dir(config: MonitorConfig) -> str:
         return config.repro_dir
     folder, why = user_private_dir("grpo-monitor-repro")
     if why:
-        warnings.warn(f"grpo-monitor: {why}; breach files go to the fresh private folder {folder}", RuntimeWarning)
+        warnings.warn(f"grpo-monitor: {why}; breach files go to the fresh private folder {folder}", RuntimeWarning,
+                      stacklevel=1)
     return str(folder)
 
 
-def save_repro(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any]) -> tuple[str | None, str | None]:
+def save_repro(config: MonitorConfig, step: int, state: Any,
+               violations: Sequence[Any]) -> tuple[str | None, str | None]:
     """Write the step's rollouts (rewards, group index, labels, advantages) to a ``.pt`` file.
 
     Returns ``(path, None)``, or ``(None, reason)`` when saving failed for any reason (a full

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 from .accumulator import HostGroups
 from .config import MonitorConfig
@@ -39,7 +40,7 @@ class RunState:
         self.config = config
         self.questions = QuestionTracker(config)
         self.estimator = EstimatorJudge(config)
-        self.totals: Counter[str] = Counter()
+        self.totals: dict[str, float] = {}  # _TOTALS summed over the run (absent: 0)
         self.counts: Counter[str] = Counter()
 
     def judge_estimator(self, rollout: dict[str, float], records: Sequence[Any],
@@ -71,13 +72,16 @@ class RunState:
 
     def _fold_totals(self, rollout: dict[str, float] | None, ledger: dict[str, float] | None) -> dict[str, float]:
         if ledger is not None:
-            self.totals["generated_groups"] += ledger["generated_groups"]
-            self.totals["generated_responses"] += ledger["generated_responses"]
+            self._add_total("generated_groups", ledger["generated_groups"])
+            self._add_total("generated_responses", ledger["generated_responses"])
         if rollout is not None:
-            self.totals["retained_groups"] += rollout["groups"]
-        if self.totals["generated_groups"] <= 0:
+            self._add_total("retained_groups", rollout["groups"])
+        if self.totals.get("generated_groups", 0) <= 0:
             return {}
-        return {f"grpo/sampling/total_{k}": float(self.totals[k]) for k in _TOTALS}
+        return {f"grpo/sampling/total_{k}": float(self.totals.get(k, 0)) for k in _TOTALS}
+
+    def _add_total(self, key: str, value: float) -> None:
+        self.totals[key] = self.totals.get(key, 0) + value
 
     def state_dict(self) -> dict[str, Any]:
         """Plain Python values only (numpy/torch ids converted): JSON and ``weights_only`` friendly."""
@@ -92,4 +96,4 @@ class RunState:
         self.estimator.load_state_dict(state["conventions"])
         self.questions.load_state_dict(state["questions"])
         self.counts = Counter(state.get("counts", {}))
-        self.totals = Counter(state.get("totals", {}))
+        self.totals = dict(state.get("totals", {}))

@@ -16,7 +16,8 @@ step, and assert on the :class:`~grpo_monitor.report.StepReport` objects it hand
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .report import StepReport
 from .sinks.base import Sink

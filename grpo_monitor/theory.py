@@ -13,21 +13,23 @@ Probabilities are accepted as ``Fraction``, ``int``, ``str`` (``"0.1"``, ``"1/3"
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from numbers import Integral, Real
-from typing import Any, Callable, Iterable, Literal, Sequence, Union
+from typing import Any, Literal, TypeVar
 
 import torch
 
-ProbabilityLike = Union[Fraction, int, float, str]
+ProbabilityLike = Fraction | int | float | str
 Estimator = Literal["true", "reinforce", "centered", "leave_one_out", "standardized"]
 StdConvention = Literal["population", "bessel"]
+_Choice = TypeVar("_Choice", bound=str)
 
 #: Every estimator ``expected_gradient`` knows.
-ESTIMATORS: tuple[str, ...] = ("true", "reinforce", "centered", "leave_one_out", "standardized")
+ESTIMATORS: tuple[Estimator, ...] = ("true", "reinforce", "centered", "leave_one_out", "standardized")
 #: Estimators that vanish on all-equal groups, so rejection sampling only rescales them.
-RETAINABLE_ESTIMATORS: tuple[str, ...] = ("centered", "leave_one_out", "standardized")
-STD_CONVENTIONS: tuple[str, ...] = ("population", "bessel")
+RETAINABLE_ESTIMATORS: tuple[Estimator, ...] = ("centered", "leave_one_out", "standardized")
+STD_CONVENTIONS: tuple[StdConvention, ...] = ("population", "bessel")
 
 
 # ----------------------------------------------------------------------------- checks
@@ -57,7 +59,7 @@ def _check_group_size(G: Any) -> int:
     return int(G)
 
 
-def _check_choice(value: Any, name: str, choices: Sequence[str]) -> str:
+def _check_choice(value: Any, name: str, choices: Sequence[_Choice]) -> _Choice:
     if value not in choices:
         raise ValueError(f"Expected argument `{name}` to be one of {', '.join(choices)} but got {value!r}")
     return value
@@ -153,7 +155,7 @@ def _expected_score_product(p: Fraction, G: int, sums: Iterable[tuple[Any, Any]]
     """``E[(1/G) sum_i A_i (a_i - p)]`` from, per ``K``, the advantage sums over successes and failures."""
     pmf = _binomial_pmf(p, G)
     total: Any = Fraction(0)
-    for prob, (success_sum, failure_sum) in zip(pmf, sums):
+    for prob, (success_sum, failure_sum) in zip(pmf, sums, strict=True):
         total += prob * (success_sum * (1 - p) - failure_sum * p) / G
     return total
 
@@ -267,8 +269,8 @@ def _ratio(value: Any, reference: Any) -> float:
     return math.nan if reference == 0 else float(value / reference)
 
 
-def _gradient_row(p: Fraction, G: int, std: str, eps: float) -> dict[str, float]:
-    row = {"p": float(p)}
+def _gradient_row(p: Fraction, G: int, std: StdConvention, eps: float) -> dict[str, float]:
+    row: dict[str, Fraction | float] = {"p": float(p)}
     for name in ("true", "centered", "leave_one_out", "standardized"):
         row[name] = expected_gradient(p, G, name, std=std, eps=eps)
     for name in ("centered", "leave_one_out", "standardized"):

@@ -1,9 +1,11 @@
-"""What the integrations share: failing open, row advantages from token ones, and finding the trainer a callback belongs to."""
+"""What the integrations share: failing open, row advantages from token ones, and finding the trainer a callback
+belongs to."""
 
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 

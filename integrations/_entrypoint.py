@@ -145,7 +145,7 @@ class Attachment:
                 self._guard(self._finish, observe, call, out)
             return out
 
-        wrapper.__grpo_monitor_original__ = original
+        wrapper.__grpo_monitor_original__ = original  # type: ignore[attr-defined]  # read by detach()
         return wrapper
 
     # ---------------------------------------------------------------- calls
@@ -191,10 +191,13 @@ class Attachment:
     def _sinks(self) -> list[Sink]:
         if self.sinks == "auto":
             return auto_sinks()
-        return [] if self.sinks is None else list(self.sinks)
+        if self.sinks is None or isinstance(self.sinks, str):
+            return []
+        return list(self.sinks)
 
     def _finish(self, observe: Callable[[GRPOMonitor, Call, Any], None], call: Call, out: Any) -> None:
         monitor = self.monitor
+        assert monitor is not None, "_start built the monitor before the call was observed"
         observe(monitor, call, out)
         if self.step_per_call:
             report = monitor.end_step()
@@ -208,6 +211,7 @@ class Attachment:
         another estimator than the first) only rewards and groups are observed, with one warning.
         """
         declared = call.declared
+        assert self.monitor is not None, "called from _finish, after _start built the monitor"
         if self.monitor.config.std_convention != "auto" and self._user_declared():
             return True
         if declared.estimator is None:

@@ -10,16 +10,20 @@ when training ends. A plain loop uses :func:`monitored_steps`.
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable, Iterator, Sequence, TypeVar
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
-try:  # transformers is optional: only MonitorCallback needs it
+if TYPE_CHECKING:
     from transformers import TrainerCallback as _CallbackBase
-except ImportError:  # pragma: no cover - exercised without the extra
-    _CallbackBase = object
+else:
+    try:  # transformers is optional: only MonitorCallback needs it
+        from transformers import TrainerCallback as _CallbackBase
+    except ImportError:  # pragma: no cover - exercised without the extra
+        _CallbackBase = object
 
 T = TypeVar("T")
 #: Step reports a callback keeps (the most recent ones) in ``callback.reports``.

@@ -81,7 +81,7 @@ def stub_gpu_modules() -> list[str]:
             continue
         module = types.ModuleType(name)
         module.__spec__ = importlib.machinery.ModuleSpec(name, None)  # find_spec() on it must not raise
-        module.__grpo_monitor_stub__ = True
+        module.__grpo_monitor_stub__ = True  # type: ignore[attr-defined]  # marks our stand-in for detach
         for attr in attrs:
             setattr(module, attr, _unavailable(f"{name}.{attr}"))
         sys.modules[name] = module
@@ -188,7 +188,7 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
     kl_coef = call.before["kl_coef"] if call.before["kl_in_reward"] else 0.0
     n = call.declared.group_size or 1
     check = state.checks_advantages(call)
-    if check and kl_coef and call.declared.estimator in (ESTIMATORS[w] for w in WHITENED):
+    if check and kl_coef and call.declared.estimator in {ESTIMATORS[w] for w in WHITENED}:
         state.warn_once("kl_whitened", "reinforce_baseline with the KL penalty in the reward whitens the KL returns "
                                        "with the outcome: its advantages are not checked (use algo.kl.use_loss)")
         check = False

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import collections
 import functools
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
@@ -293,7 +294,8 @@ class GRPOMonitorCallback(MonitorCallback):
     def __init__(self, config: MonitorConfig | None = None, sinks: Sequence[Sink] | str | None = "auto"):
         self.config = config
         self.sinks = sinks
-        self.monitor: GRPOMonitor | None = None  # built when bound to a trainer
+        # built when bound to a trainer; the base class's hooks only run after that (on_train_begin binds)
+        self.monitor: GRPOMonitor | None = None  # type: ignore[assignment]
         self.hooks: TRLHooks | None = None
         self.close_on_train_end = True
         self.reports = collections.deque(maxlen=REPORTS_KEPT)
@@ -305,7 +307,7 @@ class GRPOMonitorCallback(MonitorCallback):
             self.monitor = GRPOMonitor(config, sinks=resolve_sinks(self.sinks, trainer.args))
             self.hooks = TRLHooks(trainer, self.monitor)
         self.hooks.install()
-        return self.monitor
+        return self.hooks.monitor  # the monitor built with these hooks
 
     def unbind(self) -> None:
         """Restore the trainer's methods."""

@@ -33,7 +33,8 @@ import functools
 import inspect
 import sys
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -103,7 +104,7 @@ def attach(monitor: GRPOMonitor, *, estimators: Sequence[str] = GROUP_ESTIMATORS
                          f"{sorted(registry)}")
     state = _Attachment(monitor, FailOpen(monitor, "verl"), [], declares=monitor.config.std_convention == "auto")
     originals = [registry[n] for n in estimators] + ([getattr(core_algos, n) for n in KL_FUNCTIONS] if kl else [])
-    wrappers = {}
+    wrappers: dict[int, tuple[Callable, Callable]] = {}
     for fn in originals:
         wrap = _wrap_kl if fn.__name__ in KL_FUNCTIONS else _wrap_estimator
         wrappers.setdefault(id(fn), (fn, wrap(fn, state)))
@@ -156,7 +157,7 @@ def _wrap_estimator(original: Callable, state: _Attachment) -> Callable:
         state.guard(_observe_estimator, state, original.__name__, bound.arguments, out)
         return out
 
-    wrapper.__grpo_monitor_original__ = original
+    wrapper.__grpo_monitor_original__ = original  # type: ignore[attr-defined]  # marks the wrapper for detach()
     return wrapper
 
 
@@ -225,7 +226,7 @@ def _wrap_kl(original: Callable, state: _Attachment) -> Callable:
             del caller
         return out
 
-    wrapper.__grpo_monitor_original__ = original
+    wrapper.__grpo_monitor_original__ = original  # type: ignore[attr-defined]  # marks the wrapper for detach()
     return wrapper
 
 

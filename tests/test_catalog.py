@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.catalog.docs import DOCS_PATH, main as docs_main, render_markdown
+from grpo_monitor.catalog.docs import DOCS_PATH, render_markdown
+from grpo_monitor.catalog.docs import main as docs_main
 from grpo_monitor.catalog.metrics import KINDS, METRICS, SECTIONS, SOURCES, STEP_KEY, section_of, summary_for
-from grpo_monitor.report import StepReport
 from grpo_monitor.demo import BUGS, DemoConfig, run_demo
+from grpo_monitor.report import StepReport
 from grpo_monitor.sinks.jsonl import read_jsonl
 from grpo_monitor.sinks.layout import COMBINED_CHARTS, KNOWN_KEYS
 from grpo_monitor.violations import INVARIANTS
@@ -43,7 +44,7 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     """Two generation rounds (dynamic sampling), the retained rollout and every token tensor."""
     rounds = [(torch.rand(6, G, generator=gen) < 0.5).float() for _ in range(2)]
     qids = [[f"q{(6 * (2 * step + i) + j) % 10}" for j in range(6)] for i in range(2)]
-    for rewards, q in zip(rounds, qids):
+    for rewards, q in zip(rounds, qids, strict=True):
         mon.observe_generation(rewards, question_ids=q, lengths=torch.randint(1, 9, (6 * G,), generator=gen))
     rewards, q = torch.cat(rounds)[:8], (qids[0] + qids[1])[:8]
     adv = advantages(rewards, "population", 1e-4)

@@ -40,7 +40,7 @@ def test_json_output(capsys):
     assert data["ledger"][0]["responses_per_retained"] is None
     assert data["gradient"][0]["standardized_ratio"] is None
     for row, ledger, (p, true, centered, standardized, alpha, responses) in zip(
-        data["gradient"][1:], data["ledger"][1:], SEED000
+        data["gradient"][1:], data["ledger"][1:], SEED000, strict=False
     ):
         assert row["p"] == p and row["true"] == pytest.approx(true, abs=5e-7)
         assert row["centered"] == pytest.approx(centered, abs=5e-8)

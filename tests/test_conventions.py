@@ -104,7 +104,8 @@ def test_declared_convention_must_match(make_monitor, declared, actual):
     (v,) = info.value.violations
     assert v.invariant == "convention"
     assert f"declared std_convention={declared!r}" in v.observed and actual in v.observed
-    assert math.sqrt(4 / 3) - 1 == pytest.approx(0.1547, abs=1e-4) and 1 - math.sqrt(3 / 4) == pytest.approx(0.134, abs=1e-3)
+    assert math.sqrt(4 / 3) - 1 == pytest.approx(0.1547, abs=1e-4) and 1 - math.sqrt(3 / 4) == pytest.approx(0.134,
+                                                                                                             abs=1e-3)
 
 
 @pytest.mark.parametrize("convention, eps", CASES)

@@ -62,7 +62,8 @@ def test_demo_cli_writes_every_output(tmp_path, capsys):
     assert list((out / "tensorboard").glob("events.out.tfevents.*"))
     assert (out / "report.html").stat().st_size > 10_000 and (out / "plots" / "degenerate.png").is_file()
     assert json.loads((out / "run.json").read_text())["group_size"] == 8
-    for expected in ("degenerate rate, training batch", "exact p^G + (1-p)^G", "KL to the reference", "violations: none"):
+    for expected in ("degenerate rate, training batch", "exact p^G + (1-p)^G", "KL to the reference",
+                     "violations: none"):
         assert expected in text
 
 
@@ -87,11 +88,12 @@ def test_demo_writes_a_wandb_offline_run(tmp_path):
 
 # ------------------------------------------------------------------------- theory holds
 def test_degenerate_rate_follows_p_to_the_G(tmp_path):
-    """Observed degenerate groups match sum of p^G + (1-p)^G from the policy's own sigmoid(z_q), within sampling error."""
+    """Observed degenerate groups match sum of p^G + (1-p)^G from the policy's own sigmoid(z_q), within sampling
+    error."""
     config = DemoConfig(steps=150)
     _, reports, rows, probs = _drive(config, tmp_path, config.steps)
     G, observed, expected, var = config.group_size, 0.0, 0.0, 0.0
-    for report, row, p_all in zip(reports, rows, probs):
+    for report, row, p_all in zip(reports, rows, probs, strict=True):
         assert all(any(abs(p - q) < 1e-12 for q in p_all.tolist()) for p in row.trained_p)  # p at sampling time
         d = [_degenerate(p, G) for p in row.trained_p]
         observed += report.metrics["grpo/groups/degenerate_rate"] * report.metrics["grpo/groups/total"]
@@ -105,24 +107,27 @@ def test_degenerate_rate_follows_p_to_the_G(tmp_path):
 
 
 def test_dynamic_sampling_ledger_follows_G_over_alpha(tmp_path):
-    """Generated groups per step match groups_per_step / mean alpha(p_q) (negative binomial), degenerate share matches p^G + (1-p)^G."""
+    """Generated groups per step match groups_per_step / mean alpha(p_q) (negative binomial), degenerate share
+    matches p^G + (1-p)^G."""
     config = DemoConfig(steps=80, dynamic_sampling=True, max_gen_batches=50)
     _, reports, rows, probs = _drive(config, tmp_path, config.steps)
     G, B = config.group_size, config.groups_per_step
     gen, gen_expected, gen_var, deg, deg_expected, deg_var = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
-    for report, row, p_all in zip(reports, rows, probs):
+    for report, row, p_all in zip(reports, rows, probs, strict=True):
         m = report.metrics
         assert m["grpo/sampling/retained_groups"] == B and m["grpo/groups/degenerate_rate"] == 0.0
         alpha = float(torch.mean(1 - p_all**G - (1 - p_all) ** G))  # attempts redraw the question uniformly
         gen += m["grpo/sampling/generated_groups"]
         gen_expected += B / alpha
         gen_var += B * (1 - alpha) / alpha**2
-        assert m["grpo/sampling/responses_per_retained_group"] == pytest.approx(G * m["grpo/sampling/generated_groups"] / B)
+        expected_responses = G * m["grpo/sampling/generated_groups"] / B
+        assert m["grpo/sampling/responses_per_retained_group"] == pytest.approx(expected_responses)
         d = [_degenerate(p, G) for p in row.generated_p]
         deg += m["grpo/sampling/generated_degenerate_rate"] * m["grpo/sampling/generated_groups"]
         deg_expected += sum(d)
         deg_var += sum(x * (1 - x) for x in d)
-    for name, obs, exp, var in (("generated groups", gen, gen_expected, gen_var), ("degenerate", deg, deg_expected, deg_var)):
+    for name, obs, exp, var in (("generated groups", gen, gen_expected, gen_var),
+                                ("degenerate", deg, deg_expected, deg_var)):
         z = (obs - exp) / math.sqrt(var)
         assert abs(z) < 4, f"{name}: observed {obs} vs expected {exp:.1f} (z = {z:.2f})"
 
@@ -149,12 +154,13 @@ def test_kl_estimators_match_exact_expectation(tmp_path, dynamic):
     mean_len = (T + 1) / 2  # lengths uniform on 1..T; the last token is the answer
     for key, per_answer in (
         ("grpo/kl/k1_mean", -(seen * log_ratio_1 + (1 - seen) * log_ratio_0)),
-        ("grpo/kl/k3_mean", seen * (log_ratio_1.exp() - log_ratio_1 - 1) + (1 - seen) * (log_ratio_0.exp() - log_ratio_0 - 1)),
+        ("grpo/kl/k3_mean",
+         seen * (log_ratio_1.exp() - log_ratio_1 - 1) + (1 - seen) * (log_ratio_0.exp() - log_ratio_0 - 1)),
     ):
         per_question = ((mean_len - 1) * kl_reasoning + per_answer) / mean_len
         exact = float((weight * per_question).sum() / weight.sum())
         tokens = [r.metrics["grpo/tokens/valid"] for r in reports]
-        estimate = sum(r.metrics[key] * n for r, n in zip(reports, tokens)) / sum(tokens)
+        estimate = sum(r.metrics[key] * n for r, n in zip(reports, tokens, strict=True)) / sum(tokens)
         assert estimate == pytest.approx(exact, rel=0.15), key
     assert all(r.metrics["grpo/kl/k3_neg_frac"] == 0 for r in reports)
 
@@ -163,7 +169,8 @@ def test_kl_estimators_match_exact_expectation(tmp_path, dynamic):
 @pytest.mark.parametrize("name", sorted(BUGS), ids=sorted(BUGS))
 def test_injected_bug_stops_the_run(tmp_path, name):
     """Each injected bug ends the run at once with one of the invariants it is known to break, and a loadable repro."""
-    result = run_demo(DemoConfig(steps=5), tmp_path, bug=name, wandb=False, tensorboard=False, progress=False, report=False)
+    result = run_demo(DemoConfig(steps=5), tmp_path, bug=name, wandb=False, tensorboard=False, progress=False,
+                      report=False)
     assert result.failed and len(result.reports) == 0
     broken = {v.invariant for v in result.failure.violations}
     assert broken & set(BUGS[name].invariants), f"{name} broke {broken}, expected one of {BUGS[name].invariants}"

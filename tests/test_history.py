@@ -18,12 +18,12 @@ from grpo_monitor.questions import iid_degenerate_rate
 
 def _reference_icc(successes, counts):
     """Textbook one-way ANOVA on the expanded 0/1 observations, in plain Python (loops over responses)."""
-    groups = [[1] * int(y) + [0] * int(n - y) for y, n in zip(successes, counts) if n > 0]
+    groups = [[1] * int(y) + [0] * int(n - y) for y, n in zip(successes, counts, strict=True) if n > 0]
     k, N = len(groups), sum(len(g) for g in groups)
     grand = Fraction(sum(map(sum, groups)), N)
     means = [Fraction(sum(g), len(g)) for g in groups]
-    ssb = sum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means))
-    ssw = sum((x - m) ** 2 for g, m in zip(groups, means) for x in g)
+    ssb = sum(len(g) * (m - grand) ** 2 for g, m in zip(groups, means, strict=True))
+    ssw = sum((x - m) ** 2 for g, m in zip(groups, means, strict=True) for x in g)
     msb, msw = ssb / (k - 1), ssw / (N - k)
     n0 = (N - Fraction(sum(len(g) ** 2 for g in groups), N)) / (k - 1)
     return float((msb - msw) / (msb + (n0 - 1) * msw))
@@ -154,7 +154,8 @@ def test_iid_degenerate_rate_from_the_pooled_history():
     expected = (pa**4 + (1 - pa) ** 4 + pb**8 + (1 - pb) ** 8) / 2
     rate = iid_degenerate_rate(np.array([4.0, 8.0, 4.0]), h.pooled(["a", "b", "unknown"]))
     assert rate == pytest.approx(float(expected), rel=1e-12)
-    assert iid_degenerate_rate(np.array([4.0]), h.pooled(["a"])) == pytest.approx(float(pa**4 + (1 - pa) ** 4), rel=1e-12)
+    assert iid_degenerate_rate(np.array([4.0]), h.pooled(["a"])) == pytest.approx(float(pa**4 + (1 - pa) ** 4),
+                                                                                  rel=1e-12)
     assert math.isnan(iid_degenerate_rate(np.array([4.0]), h.pooled(["unknown"])))
 
 
@@ -213,8 +214,9 @@ def test_halflife_weighs_older_steps_down(halflife, gap):
     h.update(0, ["q"], *one(6.0, 8))
     h.update(gap, ["q"], *one(1.0, 8))
     record = h.state_dict()["questions"][0]
-    fields = dict(zip(["qid", "times_seen", "times_filtered", "success_sum", "response_count", "last_reward_std",
-                       "stuck_streak", "last_step", "recent_success", "recent_count", "recent_groups"], record))
+    names = ["qid", "times_seen", "times_filtered", "success_sum", "response_count", "last_reward_std",
+             "stuck_streak", "last_step", "recent_success", "recent_count", "recent_groups"]
+    fields = dict(zip(names, record, strict=False))
     w = 0.5 ** (gap / halflife)
     assert fields["success_sum"] == 7.0 and fields["response_count"] == 16
     assert fields["recent_success"] == pytest.approx(6.0 * w + 1.0, rel=1e-12)

@@ -159,7 +159,8 @@ def _trainer_case(name: str, rewards_kind: str):
     if name == "verl-grpo-uid-shuffled":
         return dict(rewards=shuffled, advantages=verl_grpo(shuffled, uids), group_ids=uids)
     if name == "verl-dr-grpo-uid-shuffled":
-        return dict(rewards=shuffled, advantages=verl_grpo(shuffled, uids, norm_adv_by_std_in_grpo=False), group_ids=uids)
+        return dict(rewards=shuffled, advantages=verl_grpo(shuffled, uids, norm_adv_by_std_in_grpo=False),
+                    group_ids=uids)
     if name == "verl-rloo-uid-shuffled":
         return dict(rewards=shuffled, advantages=verl_rloo(shuffled, uids), group_ids=uids)
     prompts = torch.arange(B).repeat_interleave(G)[perm]
@@ -168,7 +169,8 @@ def _trainer_case(name: str, rewards_kind: str):
 
 
 TRAINERS = ["trl-group-bessel", "trl-group-population", "trl-batch", "trl-none", "verl-grpo-uid-shuffled",
-            "verl-dr-grpo-uid-shuffled", "verl-rloo-uid-shuffled", "nemo-rl-mean-normalized", "nemo-rl-loo-unnormalized"]
+            "verl-dr-grpo-uid-shuffled", "verl-rloo-uid-shuffled", "nemo-rl-mean-normalized",
+            "nemo-rl-loo-unnormalized"]
 EXPECTED_CONVENTION = {"trl-group-bessel": "bessel", "trl-group-population": "population", "trl-batch": "batch",
                        "trl-none": "none", "verl-grpo-uid-shuffled": "bessel", "verl-dr-grpo-uid-shuffled": "none",
                        "verl-rloo-uid-shuffled": "leave_one_out", "nemo-rl-mean-normalized": "population",
@@ -185,7 +187,8 @@ def test_correct_trainer_computations_pass(make_monitor, trainer, rewards_kind):
     assert report.convention == EXPECTED_CONVENTION[trainer]
 
 
-@pytest.mark.parametrize("rewards_kind, invariant", [("continuous", "affine_in_rewards"), ("binary", "zero_group_mean")])
+@pytest.mark.parametrize("rewards_kind, invariant",
+                         [("continuous", "affine_in_rewards"), ("binary", "zero_group_mean")])
 def test_nemo_rl_leave_one_out_with_normalization_has_per_row_denominators(make_monitor, rewards_kind, invariant):
     """Finding: NeMo-RL with leave_one_out_baseline=True AND normalize_rewards divides each row by the std
     of the *other* rows (per-row denominators). With continuous rewards the advantages are then not affine
@@ -328,7 +331,8 @@ def test_affine_fires_on_contiguous_view_over_interleaved_rows(make_monitor):
     assert found.keys() & {"affine_in_rewards", "zero_group_mean"}
 
 
-@pytest.mark.parametrize("rewards_kind, invariant", [("continuous", "affine_in_rewards"), ("binary", "zero_group_mean")])
+@pytest.mark.parametrize("rewards_kind, invariant",
+                         [("continuous", "affine_in_rewards"), ("binary", "zero_group_mean")])
 def test_leave_one_out_std_with_tiny_epsilon_is_flagged(make_monitor, rewards_kind, invariant):
     """Invariants 4/5: a leave-one-out std + 1e-6 per row gives per-row denominators (and ~1e6 advantages
     where the other rows are all equal); binary rewards show it as a nonzero group mean."""

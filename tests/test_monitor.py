@@ -196,7 +196,8 @@ def test_ignore_only_records(make_monitor):
 
 @pytest.mark.parametrize(
     "policies, outcome",
-    [({"degenerate_zero": "ignore"}, "recorded"), ({"degenerate_zero": "warn"}, "warned"), ({"finite": "ignore"}, "raised")],
+    [({"degenerate_zero": "ignore"}, "recorded"), ({"degenerate_zero": "warn"}, "warned"),
+     ({"finite": "ignore"}, "raised")],
     ids=["override-ignore", "override-warn", "other-invariant-overridden"],
 )
 def test_per_invariant_policy_overrides(make_monitor, policies, outcome):

@@ -26,7 +26,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 def ds_run(tmp_path_factory) -> Path:
     """A short demo run with dynamic sampling (its report not yet built)."""
     out = tmp_path_factory.mktemp("ds")
-    run_demo(DemoConfig(steps=40, dynamic_sampling=True), out, wandb=False, tensorboard=False, progress=False, report=False)
+    run_demo(DemoConfig(steps=40, dynamic_sampling=True), out, wandb=False, tensorboard=False, progress=False,
+             report=False)
     return out
 
 
@@ -88,7 +89,7 @@ def test_question_std_heatmap_counts_groups(ds_run):
     seen = [v for v in values if v == 0 or any(
         np.isclose(v, s) for r in records for s in r["histograms"]["grpo/reward/question_std"])]
     assert [float(x.split()[0]) for x in labels] == pytest.approx(seen, abs=1e-3)
-    for column, record in zip(matrix.T, records):
+    for column, record in zip(matrix.T, records, strict=False):
         stds = np.array(record["histograms"]["grpo/reward/question_std"])
         expected = [np.mean(np.isclose(stds, float(label.split()[0]), atol=1e-3)) for label in labels]
         assert column == pytest.approx(expected)
@@ -167,14 +168,16 @@ def test_violation_record_round_trip_feeds_the_report(tmp_path):
 
 
 def _data_lines(ax):
-    """(y values, label) of every line in data units on ``ax``: series and horizontal references, not violation marks."""
+    """(y values, label) of every line in data units on ``ax``: series and horizontal references, not violation
+    marks."""
     return [(np.asarray(ln.get_ydata(), float), ln.get_label()) for ln in ax.get_lines()
             if ln.get_transform() is not ax.get_xaxis_transform()]
 
 
 @pytest.mark.parametrize("run_fixture", ["ds_run", "failed_run"])
 def test_nothing_sits_on_a_border(request, run_fixture):
-    """Every series and reference line of every time-axis panel lies at least 2% inside the y range (log: in decades)."""
+    """Every series and reference line of every time-axis panel lies at least 2% inside the y range (log: in
+    decades)."""
     from grpo_monitor.reporting.figures import FIGURES as SPECS
 
     run = load_run(request.getfixturevalue(run_fixture))
@@ -238,7 +241,8 @@ def test_every_logged_metric_is_in_a_figure_or_the_table(ds_run):
     ({"notes.txt": "", "wandb/settings": ""}, ["JSONL log"]),
 ], ids=["demo-layout", "nested-tb-online-wandb", "events-next-to-log", "nothing-else"])
 def test_where_else_to_look_detects_what_exists(tmp_path, layout, expected):
-    """TensorBoard events (next to the log or in a subfolder) and W&B run folders are listed; nothing else is invented."""
+    """TensorBoard events (next to the log or in a subfolder) and W&B run folders are listed; nothing else is
+    invented."""
     from grpo_monitor.reporting.locations import where_else
 
     for name, text in layout.items():
@@ -249,7 +253,8 @@ def test_where_else_to_look_detects_what_exists(tmp_path, layout, expected):
     found = where_else(log)
     assert [loc.kind for loc in found] == expected and all(loc.path.exists() for loc in found)
     tb = [loc for loc in found if loc.kind == "TensorBoard"]
-    assert all(loc.how == f"tensorboard --logdir {loc.path}" and any(loc.path.glob("events.out.tfevents*")) for loc in tb)
+    assert all(loc.how == f"tensorboard --logdir {loc.path}" and any(loc.path.glob("events.out.tfevents*"))
+               for loc in tb)
 
 
 def test_rebuilding_into_a_folder_drops_figures_the_run_lacks(ds_run, tmp_path):
@@ -269,7 +274,8 @@ def test_a_warning_is_shown_as_a_warning(tmp_path):
     r = (torch.rand(16, 8, generator=torch.Generator().manual_seed(1)) < 0.5).float()
     r[3] = 0.7
     a = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-6)
-    mon = GRPOMonitor(MonitorConfig(group_size=8, std_convention="verl.grpo"), sinks=[JSONLSink(tmp_path / "monitor.jsonl")])
+    mon = GRPOMonitor(MonitorConfig(group_size=8, std_convention="verl.grpo"),
+                      sinks=[JSONLSink(tmp_path / "monitor.jsonl")])
     with pytest.warns(RuntimeWarning, match="float32 residue"):
         for _ in range(3):
             mon.observe_rollout(r, advantages=a)

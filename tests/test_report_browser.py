@@ -21,10 +21,9 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
+from grpo_monitor.reporting import build_report  # noqa: E402
 from test_report_captions import check_page  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_report_runs import VARIANTS  # noqa: E402
-
-from grpo_monitor.reporting import build_report  # noqa: E402
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 pytestmark = pytest.mark.skipif(

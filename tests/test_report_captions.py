@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from test_report_runs import VARIANTS, user_loop  # noqa: E402  (tests/ is on sys.path under pytest)
-
 from grpo_monitor.reporting import build_report  # noqa: E402
 from grpo_monitor.reporting.html import SUMMARY_METRICS  # noqa: E402
+from test_report_runs import VARIANTS, user_loop  # noqa: E402  (tests/ is on sys.path under pytest)
+
 
 @pytest.fixture(scope="module", params=list(VARIANTS), ids=list(VARIANTS))
 def variant(request, tmp_path_factory) -> tuple[str, Path, Path]:
@@ -124,13 +124,15 @@ _END = r"(?:the last tenth|the last step|step (?P<s2>\d+) \(the last that logged
 SHAPES = {
     "went": rf"(?P<label>.+?) went from (?P<a>{NUM}) (?:in|at) {_START} to (?P<b>{NUM}) (?:in|at) {_END}",
     "stayed": rf"(?P<label>.+?) stayed at (?P<a>{NUM}) from {_START} to {_END}",
-    "partial": rf"(?P<label>.+?) was (?P<a>{NUM}) in the (?P<which>first|last) tenth(?: of the run)? \(not logged in .+\)",
+    "partial": rf"(?P<label>.+?) was (?P<a>{NUM}) in the (?P<which>first|last) tenth(?: of the run)? "
+               r"\(not logged in .+\)",
     "only": rf"(?P<label>.+?) was (?P<a>{NUM}) at step (?P<s>\d+), the only step that logged it",
     "every": rf"(?P<label>.+?) was (?P<a>{NUM}) at every logged step",
     "peak": rf"(?P<label>.+?) peaked at (?P<a>{NUM}) at step (?P<s>\d+)",
     "single": rf"(?P<label>.+?) was (?P<a>{NUM})",
     "groups": r"There were (?P<a>\d+) groups in the training batch(?P<every> at every logged step)?",
-    "over_run": rf"Over the run, (?P<o>\d+) degenerate groups were observed vs (?P<e>{NUM}) expected \(z = (?P<z>{NUM}|n/a)\)",
+    "over_run": rf"Over the run, (?P<o>\d+) degenerate groups were observed vs (?P<e>{NUM}) expected "
+                rf"\(z = (?P<z>{NUM}|n/a)\)",
     "colour": rf"The colour scale runs from 0 to the largest cell, (?P<a>{NUM})",
     "convention": r"The advantages (?P<segments>.+)",
     "k1": r"The k1 estimate was negative at (?P<a>\d+) of (?P<n>\d+) steps?",
@@ -166,7 +168,7 @@ def _values(log: Log, label: str) -> np.ndarray:
 def _went(log: Log, m: re.Match) -> None:
     values = _values(log, m["label"])
     first, last = first_last(values)
-    logged = [s for s, v in zip(log.steps, values) if np.isfinite(v)]
+    logged = [s for s, v in zip(log.steps, values, strict=True) if np.isfinite(v)]
     assert close(m["a"], first) and close(m["b" if "b" in m.re.groupindex else "a"], last), (m[0], first, last)
     assert m["s1"] is None or (len(log.steps) < 10 and int(m["s1"]) == logged[0]), m[0]
     assert m["s2"] is None or (len(log.steps) < 10 and int(m["s2"]) == logged[-1] != log.steps[-1]), m[0]
@@ -263,10 +265,11 @@ def degenerate_totals(log: Log) -> tuple[int, float, float]:
     """Observed and expected degenerate groups and z: the demo's p^G + (1-p)^G, else the monitor's iid rate."""
     generated = np.isfinite(log.series("grpo/sampling/generated_degenerate_rate")).any()
     rate, total, iid, column = (
-        ("grpo/sampling/generated_degenerate_rate", "grpo/sampling/generated_groups", "grpo/sampling/degenerate_rate_iid",
+        ("grpo/sampling/generated_degenerate_rate", "grpo/sampling/generated_groups",
+         "grpo/sampling/degenerate_rate_iid",
          "generated_p") if generated else
         ("grpo/groups/degenerate_rate", "grpo/groups/total", "grpo/groups/degenerate_rate_iid", "trained_p"))
-    counts = [round(r * n) for r, n in zip(log.series(rate), log.series(total))]
+    counts = [round(r * n) for r, n in zip(log.series(rate), log.series(total), strict=True)]
     if log.theory:
         G = log.settings["group_size"]
         d = [p**G + (1 - p) ** G for s in log.steps for p in log.theory[s][column]]
@@ -274,7 +277,7 @@ def degenerate_totals(log: Log) -> tuple[int, float, float]:
         return sum(counts), sum(d), (sum(counts) - sum(d)) / math.sqrt(var)
     n, dbar = log.series(total), log.series(iid)
     keep = np.isfinite(dbar)
-    observed = sum(c for c, k in zip(counts, keep) if k)
+    observed = sum(c for c, k in zip(counts, keep, strict=True) if k)
     expected, var = float((n * dbar)[keep].sum()), float((n * dbar * (1 - dbar))[keep].sum())
     return observed, expected, (observed - expected) / math.sqrt(var)
 
@@ -316,7 +319,8 @@ def _check_summary(page: str, log: Log) -> int:
         first, last = first_last(series) if len(log.steps) >= 10 else (series[0], series[-1])
         expected = [last] if len(log.steps) == 1 else [first, last]
         assert len(values) == len(expected)
-        assert all(v == "n/a" and not np.isfinite(e) or close(v, e) for v, e in zip(values, expected)), (label, values)
+        assert all(v == "n/a" and not np.isfinite(e) or close(v, e) for v,
+                   e in zip(values, expected, strict=True)), (label, values)
         checked += 1
     return checked
 
@@ -334,7 +338,8 @@ def test_every_caption_statement_matches_the_log(variant):
 
 
 @pytest.mark.parametrize("steps,expected,absent", [
-    (1, ["1 step (step 0)", "<th>step 0</th>", "Clean: no invariant broke in 1 step."], ["tenth", "1 steps", "first step"]),
+    (1, ["1 step (step 0)", "<th>step 0</th>", "Clean: no invariant broke in 1 step."],
+     ["tenth", "1 steps", "first step"]),
     (3, ["3 steps (steps 0&ndash;2)", "<th>first step (0)</th><th>last step (2)</th>", "at the first step"], ["tenth"]),
     (12, ["first tenth (step 0)", "last tenth (step 11)", "in the first tenth of the run"], ["first step ("]),
 ], ids=["1-step", "3-steps", "12-steps"])

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import torch
@@ -20,6 +20,7 @@ pytest.importorskip("matplotlib")
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.reporting import build_report  # noqa: E402
 from grpo_monitor.sinks import JSONLSink  # noqa: E402
+
 
 def user_loop(log: Path, steps: int, *, tokens: bool = True, questions: bool = True, bessel_from: int | None = None,
               uncentred_at: int | None = None, policy: str = "raise", seed: int = 0) -> Path:
@@ -58,7 +59,8 @@ def _demo(out: Path) -> Path:
     from grpo_monitor.demo import DemoConfig, run_demo
 
     wandb = importlib.util.find_spec("wandb") is not None
-    run_demo(DemoConfig(steps=30, dynamic_sampling=True), out, wandb=wandb, tensorboard=True, progress=False, report=False)
+    run_demo(DemoConfig(steps=30, dynamic_sampling=True), out, wandb=wandb, tensorboard=True, progress=False,
+             report=False)
     return out / "monitor.jsonl"
 
 

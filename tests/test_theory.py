@@ -42,7 +42,7 @@ def _reference_gradient(p, G, estimator, std="population", eps=0.0, retained_onl
             continue
         prob = p**K * (1 - p) ** (G - K)
         advantages = _reference_advantages(rewards, estimator, std, eps)
-        total += prob * sum(a * (r - p) for a, r in zip(advantages, rewards)) / G
+        total += prob * sum(a * (r - p) for a, r in zip(advantages, rewards, strict=True)) / G
         mass += prob
     return total / mass if retained_only else total
 

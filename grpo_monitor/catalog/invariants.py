@@ -15,7 +15,8 @@ the run. An invariant's severity can be lowered for one breach by the rule that 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Callable, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ..config import MonitorConfig
@@ -60,7 +61,8 @@ _RECORDS = (
     Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
               "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
               "rollout", None, "error", lambda cfg: "finite advantages and finite-or-NaN rewards"),
-    Invariant("unscorable_rows", "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
+    Invariant("unscorable_rows",
+              "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
               "unscorable (None/NaN) rewards were counted as 0 in the baseline or given a nonzero advantage",
               "rollout", "unscorable", "error", _tol("unscorable", "|advantage| <= {:g} x typical on NaN-reward rows")),
     Invariant("group_size", "every group has the declared size, and no group has a single row",
@@ -71,7 +73,8 @@ _RECORDS = (
               "mean, or per-row denominators (e.g. a leave-one-out std)",
               "rollout", "zero_group_mean", "error",
               _tol("zero_group_mean", "|group mean| <= {:g} x typical |advantage|")),
-    Invariant("affine_in_rewards", "inside a group with variation, advantages are an increasing affine function of rewards",
+    Invariant("affine_in_rewards",
+              "inside a group with variation, advantages are an increasing affine function of rewards",
               "rows misaligned after a shuffle, wrong grouping, a sign flip, or per-row denominators",
               "rollout", "affine_residual", "error",
               _tol("affine_residual", "a = k (r - mean) with k > 0, rms residual <= {:g} x typical |advantage|")),
@@ -80,13 +83,15 @@ _RECORDS = (
               "rollout", "degenerate_ratio", "error",
               _tol("degenerate_ratio", "|advantage| <= {:g} x typical |advantage| in all-equal groups")),
     Invariant("one_nonzero_per_group", "with a pass@k estimator, at most one row per group has a nonzero advantage, "
-              "and it is a best-rewarded row", "a pass@k estimator that credits every row, or the wrong row of the group",
+              "and it is a best-rewarded row",
+              "a pass@k estimator that credits every row, or the wrong row of the group",
               "replay", "zero_group_mean",
               "error", _tol("zero_group_mean", "one row with |advantage| > {:g} x typical per group, a best one")),
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
               "or a stabilizer that changes", "steps", "convention", "error", _convention),
-    Invariant("token_constant_advantage", "with outcome rewards, a row's advantage is the same on all of its valid tokens",
+    Invariant("token_constant_advantage",
+              "with outcome rewards, a row's advantage is the same on all of its valid tokens",
               "advantages misaligned with tokens, or per-token advantages with outcome_rewards=True",
               "tokens", "token_constant", "error", _tol("token_constant", "<= {:g} x typical |advantage|")),
     Invariant("mask_binary", "the loss mask holds only 0 and 1", "a mask that holds weights or garbage instead of 0/1",

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from .invariants import INVARIANTS
 
@@ -143,7 +144,8 @@ def _advantages() -> list[Metric]:
            "scaling changed.", **adv),
         _m("grpo/adv/convention_id", "index", FIT, "last (constant in a healthy run)", "Index of the estimator "
            "in use in grpo_monitor.ESTIMATORS (declared, or found by 'auto'; the name is the report's "
-           "convention; the classic five come first); -1 when none fits, which the convention invariant reports.", **adv),
+           "convention; the classic five come first); -1 when none fits, which the convention invariant "
+           "reports.", **adv),
         _m("grpo/adv/stabilizer", "reward units", FIT, "last (constant in a healthy run)", "The fitted epsilon of "
            "1/k_g = base_g + epsilon; large next to the reward std, it flattens low-variance groups' advantages.",
            only_when="the fitted convention has a free stabilizer (not none or leave_one_out)", **adv),

@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 #: Subcommand modules under ``grpo_monitor.cli``; a missing one is skipped.
 _SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace", "scan", "compare")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import LazyChoices, fail
 
@@ -87,10 +88,10 @@ def format_table(rows: Sequence[dict[str, float]], columns: Sequence[tuple[str, 
     """
     cells = [[_cell(row[key], fmt) for key, _, fmt in columns] for row in rows]
     headers = [header for _, header, _ in columns]
-    widths = [max(len(text) for text in column) for column in zip(headers, *cells)]
-    lines = ["  ".join(text.rjust(w) for text, w in zip(headers, widths))]
+    widths = [max(len(text) for text in column) for column in zip(headers, *cells, strict=True)]
+    lines = ["  ".join(text.rjust(w) for text, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(text.rjust(w) for text, w in zip(line, widths)) for line in cells]
+    lines += ["  ".join(text.rjust(w) for text, w in zip(line, widths, strict=True)) for line in cells]
     return "\n".join(lines)
 
 

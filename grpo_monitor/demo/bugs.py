@@ -7,7 +7,7 @@ monitor stopping the run with a worded :class:`~grpo_monitor.InvariantViolation`
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -110,7 +110,8 @@ BUGS: dict[str, Bug] = {b.name: b for b in (
     Bug("float32_constant_group", "non-dyadic rewards (0.7/0.2) standardised in float32 with eps=1e-8",
         ("degenerate_zero",), _swap(score=_partial_credit, advantages=_float32_tiny_eps)),
     Bug("nan_as_zero", "unscorable (NaN) rewards counted as 0 in the baseline and the advantage",
-        ("unscorable_rows", "zero_group_mean", "affine_in_rewards"), _swap(score=_flaky_verifier, advantages=_nan_as_zero)),
+        ("unscorable_rows", "zero_group_mean", "affine_in_rewards"),
+        _swap(score=_flaky_verifier, advantages=_nan_as_zero)),
     Bug("token_shift", "token advantages shifted by one position against the tokens",
         ("token_constant_advantage",), _swap(token_advantages=_token_shift)),
     Bug("length_weighted_mask", "the loss mask pre-divided by response length",
@@ -125,5 +126,6 @@ def pipeline_for(bug: str | None) -> Pipeline:
     if bug is None:
         return CORRECT
     if bug not in BUGS:
-        raise ValueError(f"unknown bug {bug!r}; expected one of {', '.join(BUGS)} (see `grpo-monitor demo --list-bugs`)")
+        raise ValueError(f"unknown bug {bug!r}; expected one of {', '.join(BUGS)} "
+                         "(see `grpo-monitor demo --list-bugs`)")
     return BUGS[bug].apply(CORRECT)

@@ -36,7 +36,7 @@ class Rollout:
         """The question index of every response row, ``(N,)``."""
         return self.questions.repeat_interleave(self.group_size)
 
-    def select(self, groups: torch.Tensor) -> "Rollout":
+    def select(self, groups: torch.Tensor) -> Rollout:
         """The sub-batch made of the given group indices (dynamic sampling keeps some groups)."""
         rows = (groups[:, None] * self.group_size + torch.arange(self.group_size)).reshape(-1)
         return Rollout(
@@ -45,7 +45,7 @@ class Rollout:
         )
 
     @staticmethod
-    def concat(parts: list["Rollout"]) -> "Rollout":
+    def concat(parts: list[Rollout]) -> Rollout:
         """Groups of several rollouts in one (all share ``G`` and ``T``)."""
         fields = [f.name for f in dataclasses.fields(Rollout) if f.name != "group_size"]
         cat = {name: torch.cat([getattr(p, name) for p in parts]) for name in fields}

@@ -8,7 +8,7 @@ the loss. :data:`CORRECT` is the reference implementation; each injected bug
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .bugs import BUGS
 from .run import DemoResult
@@ -71,19 +71,24 @@ def summary_text(result: DemoResult) -> str:
     ]
     if ds:
         rows += [
-            ("degenerate rate, generated groups", _metric(result, "grpo/sampling/generated_degenerate_rate"), "{:.1%}", ""),
-            ("  exact p^G + (1-p)^G (demo policy)", _theory(result, "expected_generated_degenerate_rate"), "{:.1%}", ""),
+            ("degenerate rate, generated groups", _metric(result, "grpo/sampling/generated_degenerate_rate"),
+             "{:.1%}", ""),
+            ("  exact p^G + (1-p)^G (demo policy)", _theory(result, "expected_generated_degenerate_rate"),
+             "{:.1%}", ""),
             ("  iid prediction (monitor)", _metric(result, "grpo/sampling/degenerate_rate_iid"), "{:.1%}", ""),
-            ("responses per retained group", _metric(result, "grpo/sampling/responses_per_retained_group"), "{:.1f}", ""),
+            ("responses per retained group", _metric(result, "grpo/sampling/responses_per_retained_group"),
+             "{:.1f}", ""),
             ("  theory G / mean alpha(p_q)", _theory(result, "responses_per_retained_group"), "{:.1f}", ""),
-            ("retained groups per step", _metric(result, "grpo/sampling/retained_groups"), "{:.1f}", f"of {c.groups_per_step}"),
+            ("retained groups per step", _metric(result, "grpo/sampling/retained_groups"), "{:.1f}",
+             f"of {c.groups_per_step}"),
         ]
     else:
         rows += [
             ("degenerate rate, training batch", _metric(result, "grpo/groups/degenerate_rate"), "{:.1%}", ""),
             ("  exact p^G + (1-p)^G (demo policy)", _theory(result, "expected_degenerate_rate"), "{:.1%}", ""),
             ("  iid prediction (monitor)", _metric(result, "grpo/groups/degenerate_rate_iid"), "{:.1%}", ""),
-            ("effective prompts per step", _metric(result, "grpo/groups/effective_prompts"), "{:.1f}", f"of {c.groups_per_step}"),
+            ("effective prompts per step", _metric(result, "grpo/groups/effective_prompts"), "{:.1f}",
+             f"of {c.groups_per_step}"),
         ]
     rows += [
         ("KL to the reference per token, k3", _metric(result, "grpo/kl/k3_mean"), "{:.4f}", ""),

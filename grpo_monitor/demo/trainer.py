@@ -158,7 +158,7 @@ class DemoTrainer:
         else:
             (rollout, rewards), generated_p = self._generate(), []
         kl = k3 = math.nan
-        if rollout is not None:
+        if rollout is not None and rewards is not None:  # both None when no group was retained
             kl, k3 = self._exact_kl(rollout.questions)
             self._update(rollout, rewards)
         report = self.monitor.end_step()
@@ -186,7 +186,7 @@ class DemoTrainer:
         params = list(self.policy.parameters())
         grads = torch.autograd.grad(loss, params)
         with torch.no_grad():
-            for param, grad in zip(params, grads):
+            for param, grad in zip(params, grads, strict=True):
                 param.add_(grad, alpha=-self.config.lr)
 
     def _responses_per_retained(self) -> float:

@@ -47,7 +47,8 @@ def _rloo(name, source, text, *, singleton="zero") -> Estimator:
 
 
 GENERIC = (
-    _std("population", 0, 0.0, "finite-group baselines article, section 3 (population std, stabilizer outside the root)",
+    _std("population", 0, 0.0,
+         "finite-group baselines article, section 3 (population std, stabilizer outside the root)",
          "(r - mean_g) / (std_g + eps), population std (ddof 0)"),
     _std("bessel", 1, 0.0, "torch.std default (correction=1); worked numerical example, section 2",
          "(r - mean_g) / (std_g + eps), Bessel std (ddof 1)"),

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -121,18 +122,21 @@ class Rows:
 
 def host_rows(records: Sequence[Any]) -> Rows:
     """The rows of ``records`` on the host (one device-to-host copy per tensor), group ids made global."""
+    def host(parts: Sequence[Any]) -> np.ndarray:
+        return np.concatenate([p.detach().double().cpu().numpy() for p in parts])
+
     def cat(name: str) -> np.ndarray | None:
         parts = [getattr(rec, name) for rec in records]
         if any(p is None for p in parts):
             return None
-        return np.concatenate([p.detach().double().cpu().numpy() for p in parts])
+        return host(parts)
 
     gids, labels, offset = [], [], 0
     for rec in records:
         gids.append(rec.gid.detach().cpu().numpy() + offset)
         labels += list(rec.labels)
         offset += len(rec.labels)
-    return Rows(cat("rewards"), np.concatenate(gids), cat("advantages"), cat("lengths"), labels)
+    return Rows(host([rec.rewards for rec in records]), np.concatenate(gids), cat("advantages"), cat("lengths"), labels)
 
 
 class EstimatorJudge:
@@ -167,7 +171,7 @@ class EstimatorJudge:
         if self.declared is not None:
             if self.device:
                 return self._from_device(fit, self.declared)
-            return self._replay_declared(records, rollout)
+            return self._replay_declared(self.declared, records, rollout)
         if fit is None:
             return None
         if fit.fitting and not (breached & set(DEVICE_PROMISES)):
@@ -186,8 +190,7 @@ class EstimatorJudge:
     def _tolerance(self) -> float:
         return self.config.tolerances.estimator_residual
 
-    def _replay_declared(self, records: Sequence[Any], rollout: dict[str, float]) -> Judgement | None:
-        est = self.declared
+    def _replay_declared(self, est: Estimator, records: Sequence[Any], rollout: dict[str, float]) -> Judgement | None:
         if rollout.get("live", 0) < 1 or rollout.get("adv_rows", 0) < 1:
             return None
         if not replayable(est):
@@ -241,6 +244,7 @@ def _replay(est: Estimator, rows: Rows):
     A token-whitening estimator without token counts is fitted up to its unknown offset and scale.
     """
     r, g, a = rows.rewards, rows.gid, rows.advantages
+    assert a is not None, "replayed rows have advantages (Rows.replayable)"
     if est.token_weighted and rows.lengths is None:
         residual, per_group, groups = fit_whitened(est, r, g, a)
         return residual, per_group, groups, est.params.get("eps"), None

@@ -78,7 +78,7 @@ def fit(
     live_std = stats.std(0)[~stats.degenerate]
     spread = float(live_std.mean()) if len(live_std) else float("nan")
     try:
-        params, identified = _solve(est, r, g, a, w, lay, typ) if free and est.fit_param else ({}, False)
+        params, identified = _solve(est, est.fit_param, r, g, a, w, lay, typ) if free and est.fit_param else ({}, False)
         pred = est(r, g, lengths=w, **params)
     except ValueError as err:
         inf = np.full(len(lay.rows), np.inf)
@@ -143,15 +143,15 @@ def _with_fixed(est: Estimator, fixed: Mapping[str, Any] | None) -> Estimator:
     return dataclasses.replace(est, params={**est.params, **known}) if known else est
 
 
-def _solve(est: Estimator, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:
+def _solve(est: Estimator, name: str, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:
+    """Fit ``est``'s parameter ``name`` (its ``fit_param``)."""
     if est.eps_power is not None:
-        return _closed_form(est, r, g, a, w)
-    return _search(est, r, g, a, w, lay, typ)
+        return _closed_form(est, name, est.eps_power, r, g, a, w)
+    return _search(est, name, r, g, a, w, lay, typ)
 
 
-def _closed_form(est: Estimator, r, g, a, w) -> tuple[dict[str, float], bool]:
+def _closed_form(est: Estimator, name: str, p: int, r, g, a, w) -> tuple[dict[str, float], bool]:
     """Each row where the estimator is sensitive to the parameter solves ``1/|a|**p`` = affine(eps)."""
-    name, p = est.fit_param, est.eps_power
     a0 = est(r, g, lengths=w, **{name: 0.0})
     a1 = est(r, g, lengths=w, **{name: 1.0})
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -165,9 +165,9 @@ def _closed_form(est: Estimator, r, g, a, w) -> tuple[dict[str, float], bool]:
     return {name: max(float(np.median(sol[ok])), 0.0)}, True
 
 
-def _search(est: Estimator, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:
+def _search(est: Estimator, name: str, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:
     """Smallest misfit over the default, 0 and a log grid of values (ties keep the default)."""
-    name, default = est.fit_param, float(est.params[est.fit_param])
+    default = float(est.params[name])
     grid = [default, 0.0, *np.logspace(-14, 0, 57)]
     scores = [(_group_rms(a - est(r, g, lengths=w, **{name: v}), lay) / typ).max(initial=0.0) for v in grid]
     best = int(np.argmin(scores))

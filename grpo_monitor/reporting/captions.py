@@ -8,7 +8,7 @@ at A at step s``, so that a reader, or a test, can check each number against the
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -25,10 +25,13 @@ def _change(run: RunData, label: str, key: str, fmt: str) -> str | None:
 
 def degenerate(run: RunData) -> str:
     generated = run.has("grpo/sampling/generated_degenerate_rate")
-    parts = ["Share of groups whose rewards are all equal (no gradient from the reward term), against what independent "
-             "draws predict from each question's success rate p: p^G + (1-p)^G"]
+    parts: list[str | None] = [
+        "Share of groups whose rewards are all equal (no gradient from the reward term), against what independent "
+        "draws predict from each question's success rate p: p^G + (1-p)^G",
+    ]
     if generated:
-        parts += [_change(run, "the degenerate rate of generated groups", "grpo/sampling/generated_degenerate_rate", _RATE),
+        parts += [_change(run, "the degenerate rate of generated groups", "grpo/sampling/generated_degenerate_rate",
+                          _RATE),
                   _change(run, "the iid prediction for generated groups", "grpo/sampling/degenerate_rate_iid", _RATE)]
     parts += [_change(run, "the degenerate rate of the training batch", "grpo/groups/degenerate_rate", _RATE),
               _change(run, "the iid prediction for the training batch", "grpo/groups/degenerate_rate_iid", _RATE)]
@@ -74,7 +77,8 @@ def advantages(run: RunData) -> str:
     parts = ["Max |group mean| and max |advantage| on degenerate groups should sit at rounding level, far below their "
              "tolerance; the live-group std is the convention's fingerprint (population z-scores give 1" + bessel + ")",
              peak(run, "the largest |group mean of advantages|", run.series("grpo/adv/group_mean_abs_max"), _SMALL),
-             peak(run, "the largest |advantage| in a degenerate group", run.series("grpo/adv/degenerate_abs_max"), _SMALL),
+             peak(run, "the largest |advantage| in a degenerate group", run.series("grpo/adv/degenerate_abs_max"),
+                  _SMALL),
              _change(run, "the mean live-group std of advantages", "grpo/adv/live_std_mean", "{:.4f}")]
     parts += [_breaches(run, name) for name in ("zero_group_mean", "degenerate_zero", "affine_in_rewards")]
     return sentences(parts)
@@ -96,8 +100,10 @@ def convention(run: RunData) -> str:
     from ..estimators.registry import ESTIMATORS
 
     names_by_id = list(ESTIMATORS)
-    parts = ["The std convention the advantages fit at each step, the advantage scale it implies and the fitted "
-             "stabilizer epsilon (1/k = std + epsilon)"]
+    parts: list[str | None] = [
+        "The std convention the advantages fit at each step, the advantage scale it implies and the fitted "
+        "stabilizer epsilon (1/k = std + epsilon)",
+    ]
     ids = convention_index(run)
     if ids is not None:
         names = [_BROKEN if i < 0 else f"fit {names_by_id[int(i)]}" for i in ids[np.isfinite(ids)]]
@@ -116,7 +122,7 @@ def _segments(names: list[str], steps: list[int]) -> str:
         where = "at every logged step" if len(steps) > 1 else f"at step {steps[0]}"
         return f"the advantages {names[0]} {where}"
     runs: list[tuple[str, int, int]] = []
-    for name, step in zip(names, steps):
+    for name, step in zip(names, steps, strict=True):
         if runs and runs[-1][0] == name:
             runs[-1] = (name, runs[-1][1], step)
         else:
@@ -135,8 +141,8 @@ def history(run: RunData) -> str:
 
 
 def kl(run: RunData) -> str:
-    parts = ["Per-token estimators of KL(policy || reference): k1 is unbiased but noisy and can go negative, k2 is biased, "
-             "k3 is unbiased and never negative",
+    parts = ["Per-token estimators of KL(policy || reference): k1 is unbiased but noisy and can go negative, "
+             "k2 is biased, k3 is unbiased and never negative",
              _change(run, "the k3 estimate per token", "grpo/kl/k3_mean", "{:.3g}"),
              _change(run, "the KL your loss uses (grpo/kl/user_mean)", "grpo/kl/user_mean", "{:.3g}"),
              change(run.steps, "the exact KL of the demo policy", run.theory.get("kl_per_token"), "{:.3g}")]
@@ -148,8 +154,8 @@ def kl(run: RunData) -> str:
 
 
 def ratio(run: RunData) -> str:
-    parts = ["The importance ratio pi_theta / pi_old is 1 on the first inner epoch of an on-policy update; clipped tokens "
-             "get no gradient from the surrogate",
+    parts = ["The importance ratio pi_theta / pi_old is 1 on the first inner epoch of an on-policy update; "
+             "clipped tokens get no gradient from the surrogate",
              _change(run, "the mean importance ratio", "grpo/ratio/mean", "{:.4f}"),
              _change(run, "the clip fraction", "grpo/ratio/clip_frac", _RATE),
              peak(run, "the largest |log ratio|", run.series("grpo/ratio/log_abs_max"), _SMALL)]
@@ -167,7 +173,8 @@ def tokens(run: RunData) -> str:
 def sampling(run: RunData) -> str:
     parts = ["Dynamic sampling regenerates until groups have reward variation: a retained group costs G / alpha "
              "responses with alpha = 1 - p^G - (1-p)^G",
-             _change(run, "responses generated per retained group", "grpo/sampling/responses_per_retained_group", "{:.1f}"),
+             _change(run, "responses generated per retained group", "grpo/sampling/responses_per_retained_group",
+                     "{:.1f}"),
              _change(run, "the retention rate", "grpo/sampling/retention_rate", _RATE)]
     return sentences(parts)
 

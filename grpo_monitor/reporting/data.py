@@ -101,7 +101,8 @@ def load_run(run: str | os.PathLike) -> RunData:
     metrics = {k: np.array([_num(records[s].get("metrics", {}).get(k)) for s in steps]) for k in keys}
     hist_keys = sorted({k for r in records.values() for k in (r.get("histograms") or {})})
     histograms = {k: [(records[s].get("histograms") or {}).get(k) for s in steps] for k in hist_keys}
-    marks = [_mark(v, int(s), bool(records[s].get("failed"))) for s in steps for v in records[s].get("violations") or []]
+    marks = [_mark(v, int(s), bool(records[s].get("failed")))
+             for s in steps for v in records[s].get("violations") or []]
     failed = [int(s) for s in steps if records[s].get("failed")]
     theory, theory_groups = _theory(log.parent / THEORY_NAME, steps)
     return RunData(

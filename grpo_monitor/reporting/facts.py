@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -103,7 +104,8 @@ def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str) -
         first, last = ends(values, span)
         start, end = span.start, span.end
         if not math.isfinite(first) or not math.isfinite(last):
-            known, where, other = (last, span.last, span.start) if math.isfinite(last) else (first, span.first, span.end)
+            known, where, other = ((last, span.last, span.start) if math.isfinite(last)
+                                   else (first, span.first, span.end))
             return f"{label} was {_fmt(known, fmt)} {where} (not logged in {other})"
     a, b = _fmt(first, fmt), _fmt(last, fmt)
     if a == b:
@@ -133,7 +135,7 @@ def _fmt(value: float, fmt: str) -> str | None:
     return "0" if value == 0 and "e}" in fmt else fmt.format(value)
 
 
-def sentences(parts: list[str | None]) -> str:
+def sentences(parts: Sequence[str | None]) -> str:
     """The non-empty parts as sentences: capital first letter, one full stop each."""
     out = [p if p.endswith(".") else p + "." for p in parts if p]
     return " ".join(s[0].upper() + s[1:] for s in out)
@@ -151,19 +153,23 @@ class DegenerateCheck:
     source: str
 
     def sentence(self) -> str:
-        """``Degenerate groups over the run: 1029 observed vs 1009.2 expected, z = +0.88 (...)``, as the demo prints it."""
+        """``Degenerate groups over the run: 1029 observed vs 1009.2 expected, z = +0.88 (...)``, as the demo
+        prints it."""
         which = "every generated group" if self.generated else "training batch"
         z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
         return (f"Degenerate groups over the run ({which}, {plural(self.steps, 'step')}): "
                 f"{self.observed:.0f} observed vs {self.expected:.1f} expected, z = {z}; {self.source}.")
 
     def short(self) -> str:
-        """The same counts in a caption: ``over the run, 1029 degenerate groups were observed vs 1009.2 expected (z = +0.88)``."""
+        """The same counts in a caption:
+        ``over the run, 1029 degenerate groups were observed vs 1009.2 expected (z = +0.88)``."""
         z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
-        return f"over the run, {self.observed:.0f} degenerate groups were observed vs {self.expected:.1f} expected (z = {z})"
+        return (f"over the run, {self.observed:.0f} degenerate groups were observed vs {self.expected:.1f} "
+                f"expected (z = {z})")
 
 
-_DEMO_SOURCE = "expected from p^G + (1-p)^G with the demo policy's success probabilities, as `grpo-monitor demo` prints it"
+_DEMO_SOURCE = ("expected from p^G + (1-p)^G with the demo policy's success probabilities, "
+                "as `grpo-monitor demo` prints it")
 _IID_SOURCE = ("expected from the monitor's iid prediction (each question's pooled success rate p, p^G + (1-p)^G per "
                "group); z uses each step's binomial variance, an upper bound, so |z| is if anything understated")
 
@@ -176,8 +182,8 @@ def degenerate_check(run: RunData) -> DegenerateCheck | None:
     """
     generated = run.has("grpo/sampling/generated_degenerate_rate")
     rate_key, total_key, iid_key, p_key = (
-        ("grpo/sampling/generated_degenerate_rate", "grpo/sampling/generated_groups", "grpo/sampling/degenerate_rate_iid",
-         "generated_p") if generated else
+        ("grpo/sampling/generated_degenerate_rate", "grpo/sampling/generated_groups",
+         "grpo/sampling/degenerate_rate_iid", "generated_p") if generated else
         ("grpo/groups/degenerate_rate", "grpo/groups/total", "grpo/groups/degenerate_rate_iid", "trained_p"))
     rate, total = run.series(rate_key), run.series(total_key)
     if rate is None or total is None:
@@ -206,14 +212,15 @@ def _demo_check(run: RunData, counts: np.ndarray, p_key: str, generated: bool) -
     G = run.meta.get("group_size")
     if not groups or not isinstance(G, int):
         return None
-    keep = [i for i, ps in enumerate(groups) if ps is not None and math.isfinite(counts[i])]
+    keep = [(i, ps) for i, ps in enumerate(groups) if ps is not None and math.isfinite(counts[i])]
     if not keep:
         return None
-    observed, expected, z = exact_check([counts[i] for i in keep], [groups[i] for i in keep], G)
+    observed, expected, z = exact_check([counts[i] for i, _ in keep], [ps for _, ps in keep], G)
     return DegenerateCheck(observed, expected, z, len(keep), generated, _DEMO_SOURCE)
 
 
-def _iid_check(counts: np.ndarray, total: np.ndarray, iid: np.ndarray | None, generated: bool) -> DegenerateCheck | None:
+def _iid_check(counts: np.ndarray, total: np.ndarray, iid: np.ndarray | None,
+               generated: bool) -> DegenerateCheck | None:
     if iid is None:
         return None
     keep = np.isfinite(counts) & np.isfinite(iid)

@@ -6,7 +6,7 @@ import base64
 import datetime
 import html
 import math
-from typing import Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -79,7 +79,8 @@ def status_block(run: RunData) -> str:
     if n:
         warned = sum(m.severity == "warning" for m in run.violations)
         of_which = f" ({plural(warned, 'warning')}: logged, never a stop)" if warned else ""
-        return f'<div class="status warn" id="status">{plural(n, "violation")}{of_which} in {steps}; the run went on.</div>'
+        return (f'<div class="status warn" id="status">{plural(n, "violation")}{of_which} in {steps}; '
+                "the run went on.</div>")
     return f'<div class="status ok" id="status">Clean: no invariant broke in {steps}.</div>'
 
 
@@ -110,8 +111,9 @@ def summary_table(run: RunData) -> str:
     width = len(headers)
     rows = [f'<tr><th>std convention</th><td colspan={width}>{_esc(run.convention or "n/a")}</td></tr>']
     for label, key, fmt in SUMMARY_METRICS:
-        if run.has(key):
-            values = ends(run.series(key), span)[-width:]
+        series = run.series(key)
+        if series is not None and run.has(key):
+            values = ends(series, span)[-width:]
             cells = "".join(f"<td class=num>{_fmt(v, fmt)}</td>" for v in values)
             rows.append(f"<tr><th>{_esc(label)}</th>{cells}</tr>")
     head = "<tr><th></th>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>"
@@ -120,7 +122,8 @@ def summary_table(run: RunData) -> str:
 
 def where_block(run: RunData) -> str:
     """The run's other outputs that exist next to the log: JSONL, TensorBoard, W&B, repro files."""
-    items = [f"<li><b>{_esc(loc.kind)}</b>: <code>{_esc(loc.path)}</code><br><span class=meta>{_esc(loc.how)}</span></li>"
+    items = [f"<li><b>{_esc(loc.kind)}</b>: <code>{_esc(loc.path)}</code>"
+             f"<br><span class=meta>{_esc(loc.how)}</span></li>"
              for loc in where_else(run.path)]
     return f'<ul class="where" id="where">{"".join(items)}</ul>'
 
@@ -133,7 +136,8 @@ def violations_table(run: RunData, limit: int = 50) -> str:
         repro = f"<br>repro: <code>{_esc(m.repro_path)}</code>" if m.repro_path else ""
         rows.append(f"<tr><td class=num>{m.step}</td><td>{_esc(m.invariant)}</td><td>{_esc(m.severity)}</td>"
                     f"<td class=msg>{_esc(m.message)}{repro}</td></tr>")
-    more = f"<p>{len(run.violations) - limit} more not shown (all are in the JSONL log).</p>" if len(run.violations) > limit else ""
+    more = (f"<p>{len(run.violations) - limit} more not shown (all are in the JSONL log).</p>"
+            if len(run.violations) > limit else "")
     head = "<tr><th>step</th><th>invariant</th><th>severity</th><th>message</th></tr>"
     return f'<table id="violations">{head}{"".join(rows)}</table>{more}'
 
@@ -156,12 +160,15 @@ def other_metrics(run: RunData, shown: Collection[str]) -> str:
     rows = []
     for key in keys:
         values = run.series(key)
+        if values is None:  # not reached: every key in keys was logged
+            continue
         finite = values[np.isfinite(values)]
         cells = [*ends(values, span)[-len(headers):], float(finite.min()), float(finite.max())]
         meaning = METRICS[key].meaning if key in METRICS else "not a monitor key (add_metrics, or another writer)"
         rows.append(f"<tr><th><code>{_esc(key)}</code></th><td class=what>{_esc(meaning)}</td>"
                     + "".join(f"<td class=num>{v:.4g}</td>" for v in cells) + "</tr>")
-    head = "<tr><th>metric</th><th>meaning</th>" + "".join(f"<th>{h}</th>" for h in headers) + "<th>min</th><th>max</th></tr>"
+    head = ("<tr><th>metric</th><th>meaning</th>" + "".join(f"<th>{h}</th>" for h in headers)
+            + "<th>min</th><th>max</th></tr>")
     return (f'<details id="other-metrics"><summary>Other logged metrics ({plural(len(keys), "key")} not in a figure)'
             f'</summary><table>{head}{"".join(rows)}</table></details>')
 
@@ -179,7 +186,8 @@ def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], no
         f"<title>grpo-monitor report: {_esc(run.path.parent.name or run.path.name)}</title>",
         f"<style>{_CSS}</style></head><body><main>",
         "<h1>grpo-monitor report</h1>",
-        f'<div class="meta">{_esc(run.path)} &middot; {plural(len(steps), "step")} ({covered}) &middot; generated {when}'
+        f'<div class="meta">{_esc(run.path)} &middot; {plural(len(steps), "step")} ({covered}) '
+        f"&middot; generated {when}"
         + (f"<br>{_esc(meta)}" if meta else "") + "</div>",
         status_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
         "<h2>Violations</h2>", violations_table(run), "<h2>Where else to look</h2>", where_block(run),

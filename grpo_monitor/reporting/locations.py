@@ -42,8 +42,10 @@ def where_else(log: Path) -> list[Location]:
     repro = folder / "repro"
     if repro.is_dir() and any(repro.iterdir()):
         found.append(Location("Repro files", repro.resolve(),
-                              "offending tensors of each breach: grpo_monitor.load_repro(path) or grpo_monitor.replay(path)"))
-    for name, kind, how in (("theory.jsonl", "Demo theory", "what the demo policy's own probabilities predict, per step"),
+                              "offending tensors of each breach: grpo_monitor.load_repro(path) or "
+                              "grpo_monitor.replay(path)"))
+    for name, kind, how in (("theory.jsonl", "Demo theory",
+                             "what the demo policy's own probabilities predict, per step"),
                             ("run.json", "Run settings", "the settings the run was started with")):
         if (folder / name).is_file():
             found.append(Location(kind, (folder / name).resolve(), how))

@@ -15,8 +15,24 @@ from ..estimators.registry import ESTIMATORS
 from ..stats.conventions import CONVENTIONS
 from .data import RunData
 from .plots_core import (
-    BLUE, GREEN, GREY, LOG_FLOOR, ORANGE, PURPLE, RED, figure, finish, fit_ylim, line, log_panel, noisy, percent,
-    reference, rolling_mean, set_steps, smoothed,
+    BLUE,
+    GREEN,
+    GREY,
+    LOG_FLOOR,
+    ORANGE,
+    PURPLE,
+    RED,
+    figure,
+    finish,
+    fit_ylim,
+    line,
+    log_panel,
+    noisy,
+    percent,
+    reference,
+    rolling_mean,
+    set_steps,
+    smoothed,
 )
 
 __all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_history", "draw_kl",
@@ -67,11 +83,13 @@ def draw_prompts(run: RunData):
         return None
     fig, (ax, ax2) = figure(2, height=2.6)
     noisy(ax, run, run.series("grpo/groups/effective_prompts"), GREEN, "effective prompts")
-    line(ax, run, run.series("grpo/groups/total"), GREY, "groups in the training batch", (0, (5, 3)), zorder=4, marker=None)
+    line(ax, run, run.series("grpo/groups/total"), GREY, "groups in the training batch", (0, (5, 3)), zorder=4,
+         marker=None)
     fit_ylim(ax, floor=0.0, extra=[0.0], integer=True)
     finish(ax, run, "groups", "Effective prompts: the groups the update is really made of")
     noisy(ax2, run, run.series("grpo/reward/mean"), BLUE, "mean reward (training batch)")
-    line(ax2, run, run.theory.get("mean_success_prob"), "black", "mean sigmoid(z_q) over all questions (demo policy)", ":")
+    line(ax2, run, run.theory.get("mean_success_prob"), "black", "mean sigmoid(z_q) over all questions (demo policy)",
+         ":")
     fit_ylim(ax2, min_span=0.05)
     finish(ax2, run, "reward", "Reward")
     ax2.set_xlabel("step")
@@ -126,8 +144,8 @@ def draw_question_std(run: RunData):
     stride = max(1, len(labels) // 12)
     ax.set_yticks(range(0, len(labels), stride), labels[::stride])
     marks = "; vertical lines: violations" if run.violations else ""
-    finish(ax, run, "reward std in a group", f"Per-question reward std over time (bottom row: degenerate groups{marks})",
-           headroom=False)
+    finish(ax, run, "reward std in a group",
+           f"Per-question reward std over time (bottom row: degenerate groups{marks})", headroom=False)
     ax.set_xlim(x0, x1)
     ax.grid(False)
     ax.set_xlabel("step")
@@ -144,7 +162,8 @@ def draw_advantages(run: RunData):
     tol = Tolerances()
     fig, axes = figure(3, height=2.3)
     for ax, key, factor, what, title in (
-        (axes[0], keys[0], tol.zero_group_mean, "zero_group_mean", "max |group mean of advantages| (0 when centred per group)"),
+        (axes[0], keys[0], tol.zero_group_mean, "zero_group_mean",
+         "max |group mean of advantages| (0 when centred per group)"),
         (axes[2], keys[2], tol.degenerate_ratio, "degenerate_zero",
          "max |advantage| in degenerate groups (0 unless a stabilizer misbehaves)"),
     ):
@@ -243,7 +262,7 @@ def draw_history(run: RunData):
     if not present:
         return None
     fig, axes = figure(len(present), height=2.5)
-    for ax, key in zip(axes, present):
+    for ax, key in zip(axes, present, strict=True):
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "overdispersion (intra-group correlation)")
             reference(ax, 0.0, GREEN, "iid responses: 0")
@@ -263,7 +282,7 @@ def draw_kl(run: RunData):
     if not any(run.has(k) for k in (*keys, "grpo/kl/user_mean")):
         return None
     fig, (ax,) = figure(1, height=3.2)
-    for key, color, style in zip(keys, (ORANGE, PURPLE, BLUE), ("-", "-", "-")):
+    for key, color, style in zip(keys, (ORANGE, PURPLE, BLUE), ("-", "-", "-"), strict=True):
         line(ax, run, run.series(key), color, key, style)
     line(ax, run, run.series("grpo/kl/user_mean"), GREEN, "grpo/kl/user_mean (the KL your loss uses)", (0, (2, 2)))
     line(ax, run, run.theory.get("kl_per_token"), "black", "exact KL(policy || reference) per token (demo policy)", ":")
@@ -272,7 +291,8 @@ def draw_kl(run: RunData):
         line(ax, run, k3, GREY, "exact E[k3] on the trained responses (dynamic sampling filters them)", "-.")
     reference(ax, 0.0, GREY, None)
     fit_ylim(ax, min_span=1e-3, extra=[0.0])
-    finish(ax, run, "KL per token", "KL to the reference: k1 = -u, k2 = u^2/2, k3 = e^u - u - 1 with u = log(ref/policy)")
+    finish(ax, run, "KL per token",
+           "KL to the reference: k1 = -u, k2 = u^2/2, k3 = e^u - u - 1 with u = log(ref/policy)")
     ax.set_xlabel("step")
     return fig
 

@@ -10,11 +10,15 @@ neither they nor the data sit on a border.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .data import RunData
+
+if TYPE_CHECKING:  # matplotlib is optional and imported where a figure is drawn
+    from matplotlib.figure import Figure
 
 BLUE, ORANGE, GREEN, GREY, RED, PURPLE = "#1f77b4", "#ff7f0e", "#2ca02c", "#555555", "#d62728", "#9467bd"
 _MARK_COLORS = ("#9467bd", "#e377c2", "#8c564b", "#bcbd22", "#17becf", "#7f7f7f", "#ff9896")  # red: the stopping breach
@@ -33,7 +37,7 @@ class FigureSpec:
     name: str
     title: str
     keys: tuple[str, ...]
-    draw: Callable[[RunData], object | None]
+    draw: Callable[[RunData], Figure | None]
     caption: Callable[[RunData], str]
 
 
@@ -70,8 +74,10 @@ def _marker(run: RunData) -> dict:
     return {"marker": "o", "ms": 4} if len(run.steps) <= 30 else {}
 
 
-def noisy(ax, run: RunData, values: np.ndarray, color: str, label: str) -> None:
-    """Per-step values faint, their moving average bold."""
+def noisy(ax, run: RunData, values: np.ndarray | None, color: str, label: str) -> None:
+    """Per-step values faint, their moving average bold; nothing when the metric was never logged."""
+    if values is None:
+        return
     w = window(run)
     if w > 1:
         ax.plot(run.steps, values, color=color, alpha=0.3, lw=0.8)
@@ -190,7 +196,8 @@ def _drawn(ax) -> np.ndarray:
     return values[np.isfinite(values)]
 
 
-def fit_ylim(ax, floor: float | None = None, min_span: float = 0.0, extra: Sequence[float] = (), integer: bool = False) -> None:
+def fit_ylim(ax, floor: float | None = None, min_span: float = 0.0, extra: Sequence[float] = (),
+             integer: bool = False) -> None:
     """A linear y range holding every drawn value and ``extra`` with 18% room on both sides.
 
     ``min_span`` keeps a flat series from being blown up to rounding noise; below ``floor``

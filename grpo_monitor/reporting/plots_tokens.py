@@ -8,7 +8,19 @@ from __future__ import annotations
 
 from .data import RunData
 from .plots_core import (
-    BLUE, GREEN, LOG_FLOOR, ORANGE, RED, figure, finish, fit_ylim, line, log_panel, noisy, percent, reference,
+    BLUE,
+    GREEN,
+    LOG_FLOOR,
+    ORANGE,
+    RED,
+    figure,
+    finish,
+    fit_ylim,
+    line,
+    log_panel,
+    noisy,
+    percent,
+    reference,
 )
 
 
@@ -22,7 +34,7 @@ def draw_ratio(run: RunData):
     if not present:
         return None
     fig, axes = figure(len(present), height=2.3)
-    for ax, key in zip(axes, present):
+    for ax, key in zip(axes, present, strict=True):
         values = run.series(key)
         if key == keys[0]:
             line(ax, run, values, BLUE, "mean ratio pi / pi_old over valid tokens", "-")
@@ -48,7 +60,7 @@ def draw_tokens(run: RunData):
     if not present:
         return None
     fig, axes = figure(len(present), height=2.5)
-    for ax, key in zip(axes, present):
+    for ax, key in zip(axes, present, strict=True):
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "mean response length (valid tokens per response)")
             fit_ylim(ax, floor=0.0, extra=[0.0])

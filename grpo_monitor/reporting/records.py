@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple
+from typing import Any
 
 #: (where in the record, what was expected, the value that came); None when the value is fine.
-Problem = Optional[Tuple[str, str, Any]]
+Problem = tuple[str, str, Any] | None
 
 _MAX_STEP = 2**63  # steps become int64 arrays
 

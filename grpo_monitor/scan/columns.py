@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,10 +36,28 @@ class ColumnMap:
     advantage: str | None = None
     question: str | None = None
 
-    def over(self, defaults: "ColumnMap") -> "ColumnMap":
+    def over(self, defaults: ColumnMap) -> ColumnMap:
         """These names where set, ``defaults`` elsewhere."""
         return ColumnMap(**{f: getattr(self, f) if getattr(self, f) is not None else getattr(defaults, f)
                             for f in FIELDS})
+
+    def resolved(self) -> Columns:
+        """These names as :class:`Columns`; ``step`` and ``reward`` must be known by now."""
+        if self.step is None or self.reward is None:
+            raise ValueError(f"expected the step and reward fields to be resolved, but got {self}")
+        return Columns(self.step, self.reward, self.group, self.advantage, self.question)
+
+
+@dataclasses.dataclass(frozen=True)
+class Columns:
+    """The fields a reader reads, resolved: ``step`` and ``reward`` always; ``group`` None when each group is
+    ``group_size`` consecutive rows; ``advantage`` and ``question`` None when the rows have none."""
+
+    step: str
+    reward: tuple[str, ...]
+    group: str | None = None
+    advantage: str | None = None
+    question: str | None = None
 
 
 def parse_columns(text: str | None) -> ColumnMap:
@@ -76,7 +95,8 @@ def where(source: Any, line: int, unit: str = "line") -> str:
     return f"{source}, {unit} {line}"
 
 
-def float_column(values: list[Any], field: str, source: Any, lines: Sequence[int] | None, unit: str = "line") -> np.ndarray:
+def float_column(values: list[Any], field: str, source: Any, lines: Sequence[int] | None,
+                 unit: str = "line") -> np.ndarray:
     """``values`` as float64; ``None`` (and JSON ``NaN``) become NaN: an unscorable row.
 
     Numbers, booleans and numeric strings (``"0.5"``, written by ``json.dumps(default=str)``)

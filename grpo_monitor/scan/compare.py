@@ -12,8 +12,9 @@ import base64
 import html
 import io
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,8 @@ def tenths(values: np.ndarray | None) -> tuple[float, float]:
         return math.nan, math.nan
     n = max(1, len(values) // 10)
     parts = (values[:n], values[-n:])
-    return tuple(float(np.mean(p[np.isfinite(p)])) if np.isfinite(p).any() else math.nan for p in parts)
+    first, last = (float(np.mean(p[np.isfinite(p)])) if np.isfinite(p).any() else math.nan for p in parts)
+    return first, last
 
 
 def rolling(values: np.ndarray, window: int) -> np.ndarray:
@@ -74,8 +76,8 @@ def draw(runs: Sequence[Any], labels: Sequence[str]):
         return None
     fig = Figure(figsize=(10, 2.6 * len(panels)), layout="constrained")
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, (title, ylabel, series) in zip(axes, panels):
-        for run, label, color in zip(runs, labels, COLORS):
+    for ax, (title, ylabel, series) in zip(axes, panels, strict=True):
+        for run, label, color in zip(runs, labels, COLORS, strict=False):
             _plot_run(ax, run, label, color, series, violations=series[0][0] == "grpo/invariants/violations")
         ax.set_title(title, loc="left", fontsize=10)
         ax.set_ylabel(ylabel)
@@ -133,7 +135,7 @@ def compare_text(runs: Sequence[Any], labels: Sequence[str]) -> str:
     head = "".join(f"{f'{lab} first':>14}{f'{lab} last':>14}" for lab in labels)
     lines = [f"{'':32}{head}"]
     lines += [f"{label:32}" + "".join(f"{c:>14}" for c in cells) for label, cells in table_rows(runs)]
-    for run, label in zip(runs, labels):
+    for run, label in zip(runs, labels, strict=True):
         found = violation_rows(run)
         text = "; ".join(f"{n} from step {s} ({k} steps)" for n, s, k in found) or "none"
         lines.append(f"violations {label}: {text}")
@@ -193,7 +195,7 @@ def render(runs: Sequence[Any], labels: Sequence[str], png: bytes) -> str:
     """The self-contained comparison page."""
     esc = html.escape
     head = "".join(f'<th class="{c}">{esc(lab)} first tenth</th><th class="{c}">{esc(lab)} last tenth</th>'
-                   for lab, c in zip(labels, "ab"))
+                   for lab, c in zip(labels, "ab", strict=False))
     rows = "".join(f"<tr><th>{esc(label)}</th>" + "".join(f"<td class=num>{esc(c)}</td>" for c in cells) + "</tr>"
                    for label, cells in table_rows(runs))
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
@@ -201,12 +203,12 @@ def render(runs: Sequence[Any], labels: Sequence[str], png: bytes) -> str:
              f"<style>{_CSS}</style></head><body><main>",
              f'<h1>grpo-monitor compare: <span class="a">{esc(labels[0])}</span> vs '
              f'<span class="b">{esc(labels[1])}</span></h1>']
-    for run, label in zip(runs, labels):
+    for run, label in zip(runs, labels, strict=True):
         parts.append(f"<p>{esc(label)}: {esc(str(run.path))}, {len(run.steps)} steps "
                      f"({int(run.steps[0])}..{int(run.steps[-1])})</p>")
     parts.append(f'<table id="summary"><tr><th></th>{head}</tr>{rows}</table>')
     parts.append("<h2>Violations</h2>")
-    for run, label in zip(runs, labels):
+    for run, label in zip(runs, labels, strict=True):
         found = violation_rows(run)
         items = "".join(f"<tr><td>{esc(n)}</td><td class=num>{s}</td><td class=num>{k}</td></tr>" for n, s, k in found)
         parts.append(f"<p>{esc(label)}: " + ("none</p>" if not found else

@@ -36,7 +36,8 @@ def wandb_run_folder(path: Path) -> Path | None:
             return runs[0]
         if len(runs) > 1:
             names = ", ".join(str(r) for r in runs[:5])
-            raise ScanInputError(f"{base} holds {len(runs)} W&B runs with tables ({names}); pass the run folder to scan")
+            raise ScanInputError(f"{base} holds {len(runs)} W&B runs with tables ({names}); "
+                                 "pass the run folder to scan")
     return None
 
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Hashable
+from collections.abc import Hashable
+from typing import Any
 
 import numpy as np
 

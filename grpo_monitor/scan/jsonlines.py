@@ -16,16 +16,19 @@ from __future__ import annotations
 import json
 import operator
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .columns import ScanInputError, missing_field, where
 
-_SCAN = json.JSONDecoder().scan_once
+# the decoder's scanner (set in JSONDecoder.__init__; typeshed does not declare it)
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _OBJ, _END = operator.itemgetter(0), operator.itemgetter(1)
 
 
 def split_lines(text: str) -> list[str]:
-    """Lines of a JSONL text (``\\n``-separated: U+2028 inside a string is not a line break), the final empty one dropped."""
+    """Lines of a JSONL text (``\\n``-separated: U+2028 inside a string is not a line break), the final empty
+    one dropped."""
     lines = text.split("\n")
     if lines and not lines[-1]:
         lines.pop()

@@ -8,8 +8,9 @@ record batch and one step.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .columns import ColumnMap, ScanInputError
 from .readers import generic_columns, natural_key
@@ -52,7 +53,7 @@ class ParquetReader:
         self.declared: dict[str, Any] = {}
         names = pq.ParquetFile(self.files[0]).schema_arrow.names
         self.columns = generic_columns(names, columns, self.files[0], 1, "parquet", group_size)
-        for path_, m in zip(self.files[1:], meta[1:]):
+        for path_, m in zip(self.files[1:], meta[1:], strict=True):
             missing = [n for n in self._needed() if n not in pq.ParquetFile(path_).schema_arrow.names]
             if missing and m.num_rows:
                 raise ScanInputError(f"{path_}, row 1: no column {missing[0]!r} (parquet format), unlike "

@@ -20,8 +20,9 @@ import subprocess
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .columns import ColumnMap, ScanInputError
 
@@ -56,6 +57,7 @@ def prefetched_steps(path: str | Path, fmt: str, columns: ColumnMap, group_size:
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen([sys.executable, "-m", "grpo_monitor.scan.prefetch", spec_of(path, fmt, columns,
                                 group_size)], stdout=subprocess.PIPE, stderr=err, env=env)
+        assert proc.stdout is not None  # stdout=PIPE
         try:
             yield from _frames(proc, err, notes)
         finally:
@@ -66,6 +68,7 @@ def prefetched_steps(path: str | Path, fmt: str, columns: ColumnMap, group_size:
 
 
 def _frames(proc: subprocess.Popen, err: Any, notes: list[str]) -> Iterator[tuple[StepInfo, Any]]:
+    assert proc.stdout is not None  # started with stdout=PIPE
     while True:
         try:
             kind, payload = pickle.load(proc.stdout)
@@ -97,7 +100,9 @@ def produce(spec: dict[str, Any], out: Any) -> None:
         pickle.dump((kind, payload), out, protocol=pickle.HIGHEST_PROTOCOL)
         out.flush()
 
-    columns = ColumnMap(**{k: tuple(v) if k == "reward" and v is not None else v for k, v in spec["columns"].items()})
+    fields: dict[str, Any] = {k: tuple(v) if k == "reward" and v is not None else v
+                              for k, v in spec["columns"].items()}
+    columns = ColumnMap(**fields)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
-from .columns import ColumnMap, ScanInputError, first_present, float_column, missing_field, where
-from .jsonlines import utf8, column, decode_lines, line_of, read_blocks
+from .columns import ColumnMap, Columns, ScanInputError, first_present, float_column, missing_field, where
+from .jsonlines import column, decode_lines, line_of, read_blocks, utf8
 from .rows import RowBuffer, StepRows, combine_rewards, group_uids
 
 #: Field names tried, in order, when ``--columns`` leaves one out (generic JSONL and Parquet).
@@ -90,14 +91,14 @@ class VerlReader:
             yield rows
 
 
-def _verl_columns(record: Any, columns: ColumnMap, path: Path, line: int) -> ColumnMap:
+def _verl_columns(record: Any, columns: ColumnMap, path: Path, line: int) -> Columns:
     if not isinstance(record, dict):
         raise missing_field(path, line, "input", record, "verl")
     defaults = ColumnMap(
         step="step", group="uid" if "uid" in record else "input", reward=("score",),
         advantage=first_present(record, ADVANTAGE_NAMES), question="input" if "input" in record else None,
     )
-    return columns.over(defaults)
+    return columns.over(defaults).resolved()
 
 
 def read_verl_step(path: Path, step: int, columns: ColumnMap, notes: list[str]) -> StepRows | None:
@@ -108,6 +109,7 @@ def read_verl_step(path: Path, step: int, columns: ColumnMap, notes: list[str]) 
         return None
     cols = _verl_columns(records[0], columns, path, line_of(lines, 0))
     take = functools.partial(column, records, source=path, lines=lines, fmt="verl")
+    assert cols.group is not None, "verl's defaults name the group field (uid or input)"
     groups = take(cols.group)
     questions = (groups if cols.question == cols.group else take(cols.question)) if cols.question else None
     steps = [r.get(cols.step, step) for r in records]
@@ -133,13 +135,14 @@ def jsonl_files(path: Path) -> list[Path]:
 
 
 def generic_columns(keys: Sequence[str], columns: ColumnMap, source: Any, line: int, fmt: str,
-                    group_size: int | None) -> ColumnMap:
+                    group_size: int | None) -> Columns:
     """Resolve the field names from the first record's keys (``--columns`` wins); worded when one is missing."""
     group = columns.group or first_present(keys, GROUP_NAMES)
     question = columns.question or first_present(keys, QUESTION_NAMES)
+    reward = first_present(keys, REWARD_NAMES)
     cols = columns.over(ColumnMap(
         step=first_present(keys, STEP_NAMES), group=group,
-        reward=(first_present(keys, REWARD_NAMES),) if first_present(keys, REWARD_NAMES) else None,
+        reward=(reward,) if reward else None,
         advantage=first_present(keys, ADVANTAGE_NAMES), question=question,
     ))
     have = ", ".join(sorted(map(str, keys))[:15])
@@ -151,7 +154,7 @@ def generic_columns(keys: Sequence[str], columns: ColumnMap, source: Any, line: 
         raise ScanInputError(f"{where(source, line)}: no group field (looked for {', '.join(GROUP_NAMES)}); the row "
                              f"has: {have}. Name it with --columns group=FIELD, or pass --group-size G when each "
                              "group is G consecutive rows")
-    return cols
+    return cols.resolved()
 
 
 class JsonlReader:

@@ -8,8 +8,10 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
-from typing import Any, Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -115,10 +117,10 @@ class RowBuffer:
             done = self.begins(steps[start], cols.step, source, lines[start])
             if done is not None:
                 yield done
-            for values, key in zip(self.rewards, cols.reward):
+            for values, key in zip(self.rewards, cols.reward, strict=False):
                 values.extend(batch[key][start:end])
             for flag, into, key in zip(self.flags, (self.groups, self.questions, self.advantages),
-                                       (cols.group, cols.question, cols.advantage)):
+                                       (cols.group, cols.question, cols.advantage), strict=True):
                 if flag:
                     into.extend(batch[key][start:end])
             self.lines.extend(lines[start:end])
@@ -131,7 +133,7 @@ class RowBuffer:
         has_group, has_question, has_advantage = self.flags
         src = self.source
         rewards = combine_rewards([float_column(v, n, src, self.lines, self.unit)
-                                   for v, n in zip(self.rewards, self.reward_names)])
+                                   for v, n in zip(self.rewards, self.reward_names, strict=True)])
         adv = float_column(self.advantages, "advantage", src, self.lines, self.unit) if has_advantage else None
         rows = StepRows(self.step, src, self.line, rewards, self.groups if has_group else None,
                         self.questions if has_question else None, adv, self.units, self.unit)
@@ -158,7 +160,7 @@ def runs_of(values: Sequence[Any]) -> list[tuple[int, int]]:
     if cuts is None:
         cuts = [i for i in range(1, len(values)) if values[i] != values[i - 1]]
     bounds = [0, *cuts, len(values)]
-    return list(zip(bounds[:-1], bounds[1:]))
+    return list(itertools.pairwise(bounds))
 
 
 #: verl's v1 trainer dumps one uid per row, ``{group uid}_{session}_{index}``.
@@ -176,7 +178,7 @@ def group_uids(uids: list[Any]) -> list[Any]:
     """
     if len(uids) < 2 or len(set(uids)) != len(uids) or not all(isinstance(u, str) for u in uids):
         return uids
-    matches = [_ROW_UID.match(u) for u in uids]
-    if not all(matches):
+    matches = [m for u in uids if (m := _ROW_UID.match(u)) is not None]
+    if len(matches) < len(uids):
         return uids
     return [m.group(1) for m in matches]

@@ -18,8 +18,9 @@ import os
 import shutil
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
@@ -92,7 +93,7 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
     try:
         return MonitorConfig(**settings)
     except ValueError as exc:  # pydantic's ValidationError
-        errors = getattr(exc, "errors", lambda: [])()
+        errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
         what = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in errors) or str(exc)
         option = "--estimator" if estimator is not None and "std_convention" in what else "--group-size"
         raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
@@ -210,7 +211,8 @@ def _auto_prefetch(reader: Any) -> bool:
 
 def _in_process(reader: Any, group_size: int | None) -> Iterator[tuple[StepInfo, Any]]:
     for rows in reader.steps():
-        yield StepInfo(rows.step, rows.num_rows, rows.units, rows.advantages is not None), build_groups(rows, group_size)
+        info = StepInfo(rows.step, rows.num_rows, rows.units, rows.advantages is not None)
+        yield info, build_groups(rows, group_size)
 
 
 def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], result: ScanResult,
@@ -222,7 +224,8 @@ def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], 
     start = time.perf_counter()
     log = logging.getLogger("grpo_monitor")
     level = log.level
-    log.setLevel(max(level, logging.ERROR))  # violations are in the summary, not one log line per step; faults still show
+    # violations are in the summary, not one log line per step; faults still show
+    log.setLevel(max(level, logging.ERROR))
     try:
         with warnings.catch_warnings():  # nor the monitor's warn-once texts
             warnings.filterwarnings("ignore", message="grpo-monitor: step", category=RuntimeWarning)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .run import ScanResult
@@ -28,6 +29,7 @@ TRENDS: tuple[tuple[str, str, str], ...] = (
     ("overdispersion", "grpo/groups/overdispersion", "{:.3f}"),
     ("unscorable rows / step", "grpo/rows/unscorable", "{:.1f}"),
 )
+TREND_KEYS: tuple[str, ...] = tuple(k for _, k, _ in TRENDS)
 MAX_RANGES = 8
 
 
@@ -111,7 +113,7 @@ def _metric_lines(path: Path):
                 yield record["metrics"]
 
 
-def trends(log: Path, keys: Sequence[str] = tuple(k for _, k, _ in TRENDS)) -> dict[str, tuple[float, float]]:
+def trends(log: Path, keys: Sequence[str] = TREND_KEYS) -> dict[str, tuple[float, float]]:
     """Per key, the mean of its finite values over the first and over the last tenth of the steps."""
     total = sum(1 for _ in _metric_lines(log))
     tenth = max(1, total // 10)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Hashable
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -136,7 +136,7 @@ class QuestionTally:
             self.reward_low = min(self.reward_low, float(low[finite].min()))
             self.reward_high = max(self.reward_high, float(high[finite].max()))
         texts = groups.texts or [str(q) for q in groups.question_ids]
-        for q, text, lo, hi in zip(groups.question_ids, texts, low.tolist(), high.tolist()):
+        for q, text, lo, hi in zip(groups.question_ids, texts, low.tolist(), high.tolist(), strict=True):
             if lo == lo:  # a group with a scorable row
                 self._fold(q, text, groups.step, lo, hi)
 
@@ -160,7 +160,7 @@ class QuestionTally:
 
     def _new_text(self, q: Hashable, text: str) -> None:
         self.texts[q] = text[:TEXT_CHARS]
-        if self.prefix is None:
+        if self.prefix is None or self.suffix is None:  # the first text (both are set together)
             self.prefix, self.suffix = text, text
         else:
             self.prefix = common_prefix(self.prefix, text)
@@ -170,9 +170,10 @@ class QuestionTally:
         """The question's distinctive text on one line, cut at ``width`` characters."""
         text = self.texts.get(q, str(q))
         if self.prefix is not None and len(self.records) > 1:
-            head, tail = _head_cut(self.prefix), _tail_cut(self.suffix or "")
+            suffix = self.suffix or ""
+            head, tail = _head_cut(self.prefix), _tail_cut(suffix)
             core = text[head:]
-            core = core[: len(core) - tail] if tail and core.endswith(self.suffix[-tail:]) else core
+            core = core[: len(core) - tail] if tail and core.endswith(suffix[-tail:]) else core
             text = core if core.strip() else text
         line = " ".join(text.split())
         return line if len(line) <= width else line[: width - 1] + "…"

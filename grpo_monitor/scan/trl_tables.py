@@ -23,8 +23,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -64,7 +65,8 @@ def trl_parquet_files(path: Path) -> list[Path]:
 
 
 def wandb_run_meta(run: Path) -> dict[str, Any]:
-    """``config`` and the ``reward_names`` TRL logged means for, read from the run's ``.wandb`` file ({} when unreadable)."""
+    """``config`` and the ``reward_names`` TRL logged means for, read from the run's ``.wandb`` file
+    ({} when unreadable)."""
     files = sorted(run.glob("run-*.wandb"))
     if not files:
         return {}
@@ -99,7 +101,8 @@ def declared_settings(config: dict[str, Any]) -> dict[str, Any]:
     if isinstance(config.get("num_generations"), int):
         out["group_size"] = config["num_generations"]
     scale = config.get("scale_rewards")
-    scale = {True: "group", False: "none"}.get(scale, scale)
+    flags: dict[Any, str] = {True: "group", False: "none"}  # older TRL: a bool
+    scale = flags.get(scale, scale)
     if config.get("multi_objective_aggregation") == "normalize_then_sum":
         out["std_convention"], out["stabilizer"] = "batch", None
     elif scale in TRL_CONVENTIONS:
@@ -127,7 +130,7 @@ class TrlTableReader:
         self.columns = columns.over(ColumnMap(step="step", group="prompt", advantage="advantage", question="prompt"))
         self.total = sum(p.stat().st_size for p in self.files)
         self.notes: list[str] = []
-        self._previous: tuple[list, list] | None = None
+        self._previous: tuple[tuple[Any, ...], ...] | None = None
         self._last_step: int | None = None
         self._rewards_noted = False
         if "group_size" not in self.declared and columns.group is None:
@@ -166,7 +169,7 @@ class TrlTableReader:
             table = pq.read_table(path)
             names = table.column_names
             columns = [table.column(n).to_pylist() for n in names]
-            return names, [list(r) for r in zip(*columns)]
+            return names, [list(r) for r in zip(*columns, strict=True)]
         try:
             table = json.loads(path.read_bytes())
             return list(table["columns"]), table["data"]
@@ -177,14 +180,15 @@ class TrlTableReader:
     def _step_rows(self, path: Path, names: list[str], rows: list[list[Any]]) -> StepRows | None:
         index = {n: i for i, n in enumerate(names)}
         c = self.columns
+        assert c.step is not None and c.group is not None, "TRL's defaults name the step and group columns"
         for field in (c.step, c.group):
             if field not in index:
                 raise ScanInputError(f"{path}, row 1: the table has no column {field!r} (trl format); it has "
                                      f"{', '.join(names)}. Name it with --columns")
         reward_cols = self._reward_columns(path, names, rows[0])
-        cols = list(zip(*rows))
+        cols = list(zip(*rows, strict=False))
         lines = range(1, len(rows) + 1)
-        step = self._single_step(path, cols[index[c.step]])
+        step = self._single_step(path, cols[index[c.step]], c.step)
         if self._repeats(path, step, cols, index):
             return None
         rewards = combine_rewards([float_column(list(cols[index[n]]), n, path, lines, "row") for n in reward_cols],
@@ -192,17 +196,18 @@ class TrlTableReader:
         adv = None
         if c.advantage in index:
             adv = float_column(list(cols[index[c.advantage]]), c.advantage, path, lines, "row")
-        prompts = [p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str) for p in cols[index[c.group]]]
+        prompts: list[Hashable] = [p if isinstance(p, str) else json.dumps(p, sort_keys=True, default=str)
+                                   for p in cols[index[c.group]]]
         questions = prompts
         if c.question in index and c.question != c.group:
             questions = list(cols[index[c.question]])
         return StepRows(step, str(path), 1, rewards, prompts, questions, adv, unit="row")
 
-    def _single_step(self, path: Path, values: Sequence[Any]) -> int:
-        step = step_number(values[0], self.columns.step, path, 1, "row")
+    def _single_step(self, path: Path, values: Sequence[Any], field: str) -> int:
+        step = step_number(values[0], field, path, 1, "row")
         for i, v in enumerate(values):
             if v != values[0]:
-                raise ScanInputError(f"{path}, row {i + 1}: column {self.columns.step!r} is {describe(v)} but row 1 "
+                raise ScanInputError(f"{path}, row {i + 1}: column {field!r} is {describe(v)} but row 1 "
                                      f"holds {values[0]!r}; a completions table holds one logging step")
         return step
 
@@ -229,7 +234,7 @@ class TrlTableReader:
         known = tuple(n for n in names if n in self.reward_names)
         if known:
             return known
-        found = tuple(n for n, v in zip(names, first) if n not in _NOT_REWARDS
+        found = tuple(n for n, v in zip(names, first, strict=False) if n not in _NOT_REWARDS
                       and (v is None or isinstance(v, (int, float))) and not isinstance(v, bool))
         if not found:
             raise ScanInputError(f"{path}, row 1: no reward column (numbers, one per reward function) among "

@@ -96,7 +96,7 @@ class ConsoleSink(Sink):
             table.add_column(style="cyan")
             table.add_column(justify="right")
         rows = summary_rows(report)
-        for left, right in zip(rows[::2], rows[1::2] + [("", "")]):
+        for left, right in zip(rows[::2], rows[1::2] + [("", "")], strict=False):
             table.add_row(*left, *right)
         console.print(table)
         for v in report.violations:

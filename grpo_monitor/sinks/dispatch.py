@@ -7,7 +7,7 @@ import collections
 import time
 import warnings
 import weakref
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from ..report import StepReport
 from .base import Sink
@@ -203,7 +203,7 @@ def _check_seconds(name: str, value: object) -> None:
 
 
 # ------------------------------------------------------------ process lifetime
-_LIVE: "weakref.WeakSet[SinkSet]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[SinkSet] = weakref.WeakSet()
 _HOOKED = False
 
 

@@ -10,7 +10,7 @@ integration's own key) is placed by its prefix.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..catalog.metrics import METRICS, SECTIONS, STEP_KEY, section_of
 
@@ -46,15 +46,15 @@ def charts(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, list[tuple[str, list[s
     >>> charts(["grpo/groups/degenerate_rate_iid", "grpo/groups/degenerate_rate"])["Groups"]
     [('degenerate rate: observed vs iid-predicted', ['grpo/groups/degenerate_rate', 'grpo/groups/degenerate_rate_iid'])]
     """
-    wanted = {k: None for k in keys if section_of(k) is not None}
+    wanted = {k: home for k in keys if (home := section_of(k)) is not None}  # key -> its section, in order
     out: dict[str, dict[str, list[str]]] = {name: {} for name, _ in SECTIONS}
-    for key in wanted:
-        section, title = _PANEL_OF.get(key, (section_of(key), key))
+    for key, home in wanted.items():
+        section, title = _PANEL_OF.get(key, (home, key))
         out[section].setdefault(title, [])
     for section, title, members in COMBINED_CHARTS:
         if title in out[section]:
             out[section][title] = [k for k in members if k in wanted]
-    for key in wanted:
+    for key, home in wanted.items():
         if key not in _PANEL_OF:
-            out[section_of(key)][key] = [key]
+            out[home][key] = [key]
     return {name: list(panels.items()) for name, panels in out.items() if panels}

@@ -6,11 +6,15 @@ import importlib.util
 import math
 import os
 import re
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..report import StepReport
 from .base import Sink
 from .layout import KNOWN_KEYS, charts, section_of
+
+if TYPE_CHECKING:  # imported on first use only: tensorboard is optional
+    from torch.utils.tensorboard import SummaryWriter
 
 #: The text tag that holds a step's violation messages.
 VIOLATIONS_TAG = "grpo/violations"
@@ -48,11 +52,11 @@ class TensorBoardSink(Sink):
     def __init__(self, log_dir: str | os.PathLike, **writer_kwargs: Any):
         self.log_dir = os.fspath(log_dir)
         self.writer_kwargs = writer_kwargs
-        self._writer = None
+        self._writer: SummaryWriter | None = None
         self._layout_keys: set[str] = set()
 
     @property
-    def writer(self):
+    def writer(self) -> SummaryWriter:
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access)."""
         if self._writer is None:
             if importlib.util.find_spec("tensorboard") is None:

@@ -18,8 +18,9 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 HEADER = struct.Struct("<4sHB")
 RECORD_HEADER = struct.Struct("<IHB")
@@ -83,7 +84,8 @@ def read_wandb_records(path: str | os.PathLike) -> list:
         )
     records = []
     for payload in _payloads(data, path):
-        record = wandb_internal_pb2.Record()
+        # the generated protobuf module re-exports its messages from a version-specific one (no stubs)
+        record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
         record.ParseFromString(payload)
         records.append(record)
     return records
@@ -178,4 +180,4 @@ def load_table(wandb_path: str | os.PathLike, ref: dict[str, Any]) -> list[dict[
     if not isinstance(ref, dict) or "path" not in ref:
         raise ValueError(f"expected a table reference with a 'path' entry, but got {ref!r}")
     table = json.loads((Path(wandb_path).parent / "files" / ref["path"]).read_text())
-    return [dict(zip(table["columns"], row)) for row in table["data"]]
+    return [dict(zip(table["columns"], row, strict=False)) for row in table["data"]]

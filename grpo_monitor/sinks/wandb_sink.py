@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..catalog.metrics import summary_for
 from ..report import StepReport
@@ -107,7 +108,8 @@ class WandbSink(Sink):
 
         extra = [k for row in rows for k in row if k not in QUESTION_COLUMNS]
         columns = [c for c in QUESTION_COLUMNS if any(c in row for row in rows)] + list(dict.fromkeys(extra))
-        return wandb.Table(columns=columns, data=[[_cell(row.get(c)) for c in columns] for row in rows])
+        header: list[str | int] = list(columns)  # wandb.Table takes a list[str | int]
+        return wandb.Table(columns=header, data=[[_cell(row.get(c)) for c in columns] for row in rows])
 
     def _table_due(self, report: StepReport) -> bool:
         last = self._last_table_step
@@ -130,7 +132,9 @@ class WandbSink(Sink):
             raise ValueError(f"Expected argument `level` to be one of INFO, WARN, ERROR but got {level!r}")
         import wandb
 
-        self.run.alert(title=title[:63], text=text, level=wandb.AlertLevel(_LEVELS[level.upper()]))
+        # wandb exports AlertLevel at run time, but its __init__.pyi does not declare it
+        alert_level = wandb.AlertLevel(_LEVELS[level.upper()])  # type: ignore[attr-defined]
+        self.run.alert(title=title[:63], text=text, level=alert_level)
 
     def log_report(self, report: StepReport) -> None:
         """One history row with the scalars, histograms and (when due) tables of the step."""

@@ -12,7 +12,8 @@ import collections
 import dataclasses
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..report import StepReport
 from .base import Sink
@@ -51,17 +52,17 @@ class Job:
         return self.kind != "report" or self.failed
 
     @classmethod
-    def for_report(cls, report: StepReport) -> "Job":
+    def for_report(cls, report: StepReport) -> Job:
         """``log_report(report)``; urgent when the report ends a failed run."""
         return cls("report", f"step {report.step}", lambda sink: sink.log_report(report), bool(report.failed))
 
     @classmethod
-    def for_alert(cls, title: str, text: str, level: str) -> "Job":
+    def for_alert(cls, title: str, text: str, level: str) -> Job:
         """``alert(title, text, level)``."""
         return cls("alert", f"alert {title!r}", lambda sink: sink.alert(title, text, level))
 
     @classmethod
-    def for_finish(cls, failed: bool) -> "Job":
+    def for_finish(cls, failed: bool) -> Job:
         """``finish(failed=failed)``; made on disabled sinks too."""
         return cls("finish", "finish", lambda sink: sink.finish(failed=failed), failed)
 

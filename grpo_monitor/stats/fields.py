@@ -6,7 +6,7 @@ and ranks one generic elementwise step.
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -69,4 +69,4 @@ class FieldLayout:
 
     def to_dict(self, values: Sequence[float]) -> dict[str, float]:
         """``{name: value}`` for host values in this layout."""
-        return dict(zip(self.names, values))
+        return dict(zip(self.names, values, strict=True))

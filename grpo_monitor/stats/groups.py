@@ -33,9 +33,9 @@ class GroupRewardStats:
     degenerate: torch.Tensor
     centered: torch.Tensor | None  # per row: reward minus its group mean, 0 on unscorable rows
     valid: torch.Tensor | None  # per row: bool, reward is not NaN (None once a step keeps per-group data only)
-    reward_sum: torch.Tensor | None = None  # per group: sum of scorable rewards
-    nonfinite: torch.Tensor | None = None  # per group: bool, an infinite reward
-    nonbinary: torch.Tensor | None = None  # 0-d: scorable rewards other than 0 and 1
+    reward_sum: torch.Tensor  # per group: sum of scorable rewards
+    nonfinite: torch.Tensor  # per group: bool, an infinite reward
+    nonbinary: torch.Tensor  # 0-d: scorable rewards other than 0 and 1
 
     @property
     def live(self) -> torch.Tensor:
@@ -110,6 +110,9 @@ def advantage_fit(
     seg = as_segments(gid, len(stats.n) if num_groups is None else num_groups)
     a = seg.rows(advantages)
     valid, c, live = stats.valid, stats.centered, stats.live
+    if valid is None or c is None:
+        raise ValueError("stats has no per-row tensors (centered, valid); pass the GroupRewardStats that "
+                         "group_reward_stats returned for these rows")
     av = torch.where(valid, a, 0.0)
     absa = a.abs()
     n = stats.n.clamp(min=1)

@@ -19,7 +19,6 @@ from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
 from .segments import Segments, as_segments
 
-
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
     ("degenerate", "sum"), ("live", "sum"), ("reward_sum", "sum"), ("question_std_sum", "sum"),
@@ -78,8 +77,8 @@ def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
     live = s.live & torch.isfinite(fit.slope) & fin
     fin_sums = torch.where(fin, torch.stack([s.n, fit.sum, fit.sq_sum]), 0.0).sum(-1)
     live_sums = torch.where(live, torch.stack([fit.adv_std, fit.slope * s.std, 1.0 / fit.slope, s.std]), 0.0).sum(-1)
-    out = dict(zip(("adv_rows", "adv_sum", "adv_sq_sum"), fin_sums))
-    out.update(zip(("live_adv_std_sum", "live_scale_sum", "inv_k_sum", "live_std_sum"), live_sums))
+    out = dict(zip(("adv_rows", "adv_sum", "adv_sq_sum"), fin_sums, strict=True))
+    out.update(zip(("live_adv_std_sum", "live_scale_sum", "inv_k_sum", "live_std_sum"), live_sums, strict=True))
     out.update(
         adv_group_mean_abs_max=_masked_max(fit.intercept.abs(), live),
         degenerate_abs_max=_masked_max(fit.abs_max, s.degenerate & (s.n > 0) & fin),

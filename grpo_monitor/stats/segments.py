@@ -33,7 +33,7 @@ class Segments:
         self._device = gid.device if gid is not None else None
 
     @classmethod
-    def blocks(cls, num_groups: int, size: int, device: torch.device | str | None = None) -> "Segments":
+    def blocks(cls, num_groups: int, size: int, device: torch.device | str | None = None) -> Segments:
         """Contiguous groups of ``size`` rows each (the ``(B, G)`` layout)."""
         seg = cls(None, num_groups, size)
         seg._device = torch.device(device) if device is not None else torch.device("cpu")
@@ -48,13 +48,14 @@ class Segments:
     def gid(self) -> torch.Tensor:
         """The group of every row, ``(N,)`` int64 (built on first use when dense)."""
         if self._gid is None:
+            assert self.size is not None  # the constructor takes a gid or a block size
             self._gid = torch.arange(self.num_groups, device=self._device).repeat_interleave(self.size)
         return self._gid
 
     @property
     def row_shape(self) -> tuple[int, ...]:
         """``(groups, size)`` when dense, else ``(rows,)``."""
-        return (self.num_groups, self.size) if self.dense else (len(self.gid),)
+        return (self.num_groups, self.size) if self.size is not None else (len(self.gid),)
 
     def rows(self, flat: torch.Tensor) -> torch.Tensor:
         """A flat per-row tensor in :attr:`row_shape` (a view)."""
@@ -87,7 +88,7 @@ class Segments:
 
     def count(self, dtype: torch.dtype = torch.float64) -> torch.Tensor:
         """Rows per group."""
-        if self.dense:
+        if self.size is not None:  # dense
             return torch.full((self.num_groups,), float(self.size), dtype=dtype, device=self._device)
         return torch.bincount(self.gid, minlength=self.num_groups).to(dtype)
 
@@ -96,7 +97,7 @@ class Segments:
         return per_group.unsqueeze(-1) if self.dense else per_group.index_select(0, self.gid)
 
 
-def as_segments(gid: "torch.Tensor | Segments", num_groups: int | None = None) -> Segments:
+def as_segments(gid: torch.Tensor | Segments, num_groups: int | None = None) -> Segments:
     """``gid`` if it is already :class:`Segments`, else the index-driven segments of ``gid``."""
     if isinstance(gid, Segments):
         return gid

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from estimator_batches import KINDS, Batch, breaches, draw
 
+from estimator_batches import KINDS, Batch, breaches, draw
 from grpo_monitor.estimators import ESTIMATORS, PROMISES
 
 ESTS = list(ESTIMATORS.values())

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from estimator_batches import draw
 
+from estimator_batches import draw
 from grpo_monitor.estimators import ESTIMATORS, candidates, fit, fit_all
 
 ESTS = list(ESTIMATORS.values())

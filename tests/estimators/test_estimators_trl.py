@@ -20,7 +20,6 @@ import torch
 grpo_trainer = pytest.importorskip("trl.trainer.grpo_trainer")
 
 from estimator_batches import KINDS, draw  # noqa: E402
-
 from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
 
 FIRST = "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)"

@@ -13,7 +13,6 @@ with warnings.catch_warnings():
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
 
 from estimator_batches import KINDS, Batch, draw  # noqa: E402
-
 from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
 
 T = 30  # response length (tokens); lengths are drawn in [1, 29]

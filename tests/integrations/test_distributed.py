@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from dist_helpers import run_ranks
 from dist_worker import WORLD_SIZE_DEFAULT, has_tokens, observe, per_group_view, union, union_questions
-
 from grpo_monitor import GRPOMonitor, MonitorConfig
 
 CLEAN = ("late_init", "local_shards", "global", "empty_shard", "tokens_rank0", "questions")
@@ -84,7 +84,8 @@ def test_every_rank_gets_the_union_per_question_view(scenario, launch):
             assert got["tables"] == ref["tables"], (rank, step)
             assert set(got["histograms"]) == set(ref["histograms"]), (rank, step)
             for key, values in ref["histograms"].items():
-                assert got["histograms"][key] == pytest.approx(values, rel=1e-12, abs=1e-12, nan_ok=True), (rank, step, key)
+                assert got["histograms"][key] == pytest.approx(values, rel=1e-12, abs=1e-12, nan_ok=True), (rank, step,
+                                                                                                            key)
 
 
 @pytest.mark.parametrize("scenario", CLEAN)

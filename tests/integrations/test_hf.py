@@ -7,11 +7,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from toy_policy import G, PromptDataset, ToyGRPOTrainerMixin, ToyPolicy, grpo_batch  # noqa: E402
-
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.integrations import hf  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, WandbSink, read_jsonl  # noqa: E402
+from toy_policy import G, PromptDataset, ToyGRPOTrainerMixin, ToyPolicy, grpo_batch  # noqa: E402
 
 
 class ToyGRPOTrainer(ToyGRPOTrainerMixin, transformers.Trainer):

@@ -11,13 +11,13 @@ import torch
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow  # real trainers: about a minute and a half on 2 cores
 
-from tiny_trl import char_fraction_reward, make_trainer  # noqa: E402
 from trl.trainer.utils import nanstd  # noqa: E402
 
 from grpo_monitor import InvariantViolation, MonitorConfig  # noqa: E402
+from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
-from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
+from tiny_trl import char_fraction_reward, make_trainer  # noqa: E402
 
 
 def _train_logs(trainer) -> dict[int, dict]:

@@ -13,7 +13,6 @@ pytest.importorskip("trl")
 
 from grpo_monitor import InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
-
 from tiny_trl import make_trainer  # noqa: E402
 
 PROMPTS = ("const", "spell a")

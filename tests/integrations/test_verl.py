@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import numpy as np
-from typing import Callable
-
 import pytest
 import torch
 
@@ -17,8 +16,8 @@ with warnings.catch_warnings():
     distill_losses = pytest.importorskip("verl.trainer.distillation.losses")
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
-from grpo_monitor.integrations import verl as gverl  # noqa: E402
 from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
+from grpo_monitor.integrations import verl as gverl  # noqa: E402
 
 G, T = 8, 6
 

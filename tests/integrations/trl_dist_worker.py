@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+
 from tiny_trl import make_trainer  # noqa: E402
 
 

@@ -1,7 +1,7 @@
-"""Bounded resources: the per-question history and tables are capped, and their per-step cost does not scan the whole history."""
+"""Bounded resources: the per-question history and tables are capped, and their per-step cost does not scan the
+whole history."""
 
 from __future__ import annotations
-
 
 import numpy as np
 import torch
@@ -16,7 +16,7 @@ def _records(history: QuestionHistory) -> list[dict]:
     """The history's records, least recently seen first, read from its public state."""
     names = ("question_id", "times_seen", "times_filtered", "success_sum", "response_count", "last_reward_std",
              "stuck_streak")
-    return [dict(zip(names, row)) for row in history.state_dict()["questions"]]
+    return [dict(zip(names, row, strict=False)) for row in history.state_dict()["questions"]]
 
 
 def _reference_table(history: QuestionHistory, limit):

@@ -83,7 +83,8 @@ def test_sigkill_at_a_random_moment_loses_no_returned_step(tmp_path):
             warnings.simplefilter("always")
             logged = {record["step"] for record in read_jsonl(path)}  # never raises, torn tail or not
         lost = sorted(set(printed) - logged)
-        assert not lost, f"round {round_} (killed after {delay:.2f} s): steps {lost[:10]} returned but are not in the log"
+        assert not lost, (f"round {round_} (killed after {delay:.2f} s): steps {lost[:10]} returned but are not "
+                          "in the log")
     records = read_jsonl_quiet(path)
     assert all(isinstance(r["metrics"], dict) and "grpo/groups/total" in r["metrics"] for r in records)
     assert len(records) >= len(printed)

@@ -88,7 +88,8 @@ def _advantages(draw, rewards: torch.Tensor, groups: list[list[int]]) -> dict:
         return {}
     dtype = draw(st.sampled_from(FLOAT_DTYPES))
     if kind == "grpo":
-        adv = population_of_groups(rewards.reshape(-1).double().tolist(), groups, draw(st.sampled_from((0.0, 1e-6, 1e-4))))
+        adv = population_of_groups(rewards.reshape(-1).double().tolist(), groups,
+                                   draw(st.sampled_from((0.0, 1e-6, 1e-4))))
     else:
         adv = draw(reward_values(rewards.numel(), torch.float64)).tolist()
     return {"advantages": torch.tensor(adv, dtype=torch.float64).to(dtype).reshape(rewards.shape)}
@@ -108,10 +109,12 @@ def _break(kwargs: dict, broken: str | None, layout: str) -> dict:
         return kwargs
     out = dict(kwargs)
     if broken == "advantages":
-        out["advantages"] = torch.cat([kwargs["advantages"].reshape(-1), torch.zeros(1, dtype=kwargs["advantages"].dtype)])
+        out["advantages"] = torch.cat([kwargs["advantages"].reshape(-1),
+                                       torch.zeros(1, dtype=kwargs["advantages"].dtype)])
     elif broken == "group_ids":
         ids = kwargs["group_ids"]
-        out["group_ids"] = torch.cat([ids, torch.zeros(1, dtype=ids.dtype)]) if isinstance(ids, torch.Tensor) else ids + ["uid-0"]
+        out["group_ids"] = (torch.cat([ids, torch.zeros(1, dtype=ids.dtype)]) if isinstance(ids, torch.Tensor)
+                            else ids + ["uid-0"])
     else:
         out["rewards"] = kwargs["rewards"].reshape(1, 1, -1)
         out.pop("group_ids", None)
@@ -161,7 +164,8 @@ def runs(draw):
 @FUZZ
 @given(run=runs())
 def test_rollouts_compute_breach_or_raise_clearly(run):
-    """Any mix of layouts, dtypes, NaN/inf and sizes: the monitor computes, records a breach, or raises an input error."""
+    """Any mix of layouts, dtypes, NaN/inf and sizes: the monitor computes, records a breach, or raises an input
+    error."""
     group_size, deferred, steps = run
     mon = GRPOMonitor(MonitorConfig(group_size=group_size, defer_checks=deferred, on_violation="ignore", strict=True))
     for calls in steps:
@@ -185,7 +189,8 @@ def test_rollouts_compute_breach_or_raise_clearly(run):
     with_adv=st.booleans(), with_logprobs=st.booleans(), with_old=st.booleans(),
     mismatch=st.sampled_from((None, None, "logprobs", "advantages")), data=st.data(),
 )
-def test_observe_loss_computes_breach_or_raises_clearly(b, t, dtype, mask_kind, with_adv, with_logprobs, with_old, mismatch, data):
+def test_observe_loss_computes_breach_or_raises_clearly(b, t, dtype, mask_kind, with_adv, with_logprobs, with_old,
+                                                        mismatch, data):
     """Token masks, advantages and log-probs with NaN/inf and mismatched shapes: compute, breach or input error."""
     pytest.importorskip("grpo_monitor.stats.tokens", reason="the loss-side statistics module is not in this tree yet")
     mon = GRPOMonitor(MonitorConfig(on_violation="ignore", strict=True))
@@ -211,9 +216,12 @@ def test_observe_loss_computes_breach_or_raises_clearly(b, t, dtype, mask_kind, 
 @FUZZ
 @given(
     value=st.one_of(
-        st.none(), st.text(max_size=3), st.integers(), st.floats(), st.dictionaries(st.text(max_size=2), st.integers(), max_size=2),
-        st.lists(st.text(max_size=2), min_size=1, max_size=3), st.lists(st.lists(st.integers(), max_size=3), min_size=2, max_size=3),
-        st.builds(lambda k: np.array(["x"] * k), st.integers(1, 3)), st.builds(lambda k: torch.ones(k, 2, 2), st.integers(1, 2)),
+        st.none(), st.text(max_size=3), st.integers(), st.floats(), st.dictionaries(st.text(max_size=2), st.integers(),
+                                                                                    max_size=2),
+        st.lists(st.text(max_size=2), min_size=1, max_size=3), st.lists(st.lists(st.integers(), max_size=3), min_size=2,
+                                                                        max_size=3),
+        st.builds(lambda k: np.array(["x"] * k), st.integers(1, 3)), st.builds(lambda k: torch.ones(k, 2, 2),
+                                                                               st.integers(1, 2)),
         st.builds(lambda k: torch.ones(k, dtype=torch.complex64), st.integers(1, 3)),
     ),
     argument=st.sampled_from(("rewards", "advantages", "group_ids", "question_ids")),

@@ -77,7 +77,8 @@ def _run_child(path: Path, fail_step: int) -> dict:
 
 @pytest.mark.parametrize("fail_step", [0, 3], ids=["first-step", "mid-run"])
 def test_a_partial_write_loses_only_the_failed_step(tmp_path, fail_step):
-    """EFBIG mid-line at one step: the next step is written and readable, every line parses strictly, only the failed step is missing."""
+    """EFBIG mid-line at one step: the next step is written and readable, every line parses strictly, only the
+    failed step is missing."""
     path = tmp_path / "run.jsonl"
     out = _run_child(path, fail_step)
     # the failure was real and partial: 40 bytes of the line were written, with no newline
@@ -93,7 +94,8 @@ def test_a_partial_write_loses_only_the_failed_step(tmp_path, fail_step):
     before = [fail_step - 1] if fail_step > 0 else [None]
     assert out["last_on_disk"][fail_step:fail_step + 2] == before + [fail_step + 1]
     assert out["failures"] == 1 and not out["disabled"]
-    assert len(out["warnings"]) == 2 and "recovered" in out["warnings"][1] and "after 1 failed writes" in out["warnings"][1]
+    assert len(out["warnings"]) == 2
+    assert "recovered" in out["warnings"][1] and "after 1 failed writes" in out["warnings"][1]
     assert "'jsonl' failed at step" in out["warnings"][0] and "File too large" in out["warnings"][0]
     assert "retried on every step" in out["warnings"][0]
 

@@ -2,7 +2,7 @@
 
 With ``HOME=/`` (``docker --user``) the cache falls back to ``<tmp>/grpo_monitor-<uid>``, a
 name anyone can predict. Here root plays both users: it plants a trojaned kernel (the real
-``_token_native.c`` plus a constructor that writes a marker file, so the statistics alone
+``native_kernel.c`` (with its generated header) plus a constructor that writes a marker file, so the statistics alone
 would never give it away) at the exact cache file name, then runs a child that imports
 torch and grpo_monitor as root, drops to the victim's uid (``os.setuid`` after the imports:
 the interpreter under ``/root`` is unreadable to other uids) and computes token statistics
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_monitor.stats import _native
+from grpo_monitor.stats.tokens import native_build as _native
 
 pytestmark = [
     pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0,
@@ -51,7 +51,7 @@ CHILD = textwrap.dedent(
     """
     import json, os, sys, warnings
     import torch
-    from grpo_monitor.stats import _native
+    from grpo_monitor.stats.tokens import native_build as _native
     from grpo_monitor.stats.tokens import token_metrics, token_sufficient_stats
 
     uid, B, T = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
@@ -93,8 +93,10 @@ def trojan(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("trojan")
     extra = folder / "planted.c"
     extra.write_text(CONSTRUCTOR)
+    kernel = folder / "kernel.c"
+    kernel.write_text(_native.source_text())  # what the monitor compiles: the generated header, then the kernel
     out = folder / "trojan.so"
-    subprocess.run([cc, *_native.FLAGS, "-o", str(out), str(_native.SOURCE), str(extra)], check=True, timeout=120)
+    subprocess.run([cc, *_native.FLAGS, "-o", str(out), str(kernel), str(extra)], check=True, timeout=120)
     return out
 
 
@@ -135,7 +137,7 @@ def run_victim(base: Path, **env: str) -> dict:
 
 
 def assert_correct_and_private(out: dict, base: Path) -> Path:
-    """The trojan never ran; statistics equal the reference; the loaded library and its folder are the victim's alone."""
+    """The trojan never ran; statistics equal the reference; the library and its folder are the victim's alone."""
     assert not (base / "MARKER").exists(), f"the planted library was loaded (its constructor ran): {out['lib']}"
     for key, want in reference().items():
         assert out["metrics"][key] == pytest.approx(want, rel=1e-5, abs=1e-9), key
@@ -177,7 +179,7 @@ def test_planted_explicit_cache_dir_is_never_read(machine, trojan):
 
 @pytest.mark.parametrize("kind", ["foreign-file", "symlink"])
 def test_planted_library_in_own_private_folder_is_rebuilt_over(machine, trojan, kind):
-    """The folder is the victim's and private, the library is not theirs (or a symlink): rebuilt in place, one warning."""
+    """The folder is the victim's and private, the library not theirs (or a symlink): rebuilt in place, one warning."""
     own = folder(machine / f"grpo_monitor-{VICTIM}", VICTIM, 0o700)
     target = own / _native.library_name()
     if kind == "symlink":
@@ -189,7 +191,7 @@ def test_planted_library_in_own_private_folder_is_rebuilt_over(machine, trojan, 
     out = run_victim(machine)
     lib = assert_correct_and_private(out, machine)
     assert lib == target and stat.S_ISREG(os.lstat(target).st_mode)
-    assert os.path.exists(machine / "elsewhere.so") or kind != "symlink", "the rename must replace the link, not its target"
+    assert os.path.exists(machine / "elsewhere.so") or kind != "symlink", "a rename replaces the link, not its target"
     [warning] = grpo_warnings(out)
     assert str(target) in warning
 

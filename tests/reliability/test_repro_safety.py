@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from multiuser import ATTACKER, VICTIM, mode_of, needs_root, plant_dir, run_as, shared_tmp
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro
-
-from multiuser import ATTACKER, VICTIM, mode_of, needs_root, plant_dir, run_as, shared_tmp
 from references import advantages
 
 G = 4

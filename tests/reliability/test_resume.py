@@ -47,7 +47,7 @@ def _train(mon: GRPOMonitor, steps: range) -> list:
 
 def _assert_same_reports(resumed: list, uninterrupted: list, same) -> None:
     assert len(resumed) == len(uninterrupted)
-    for r, u in zip(resumed, uninterrupted):
+    for r, u in zip(resumed, uninterrupted, strict=True):
         assert r.step == u.step
         assert r.metrics.keys() == u.metrics.keys(), (r.step, r.metrics.keys() ^ u.metrics.keys())
         for key in u.metrics:
@@ -104,7 +104,8 @@ def test_without_the_state_the_continuation_differs(uninterrupted):
     reports = _train(fresh, range(CHECKPOINT, STEPS))
     switch = SWITCH - CHECKPOINT
     assert "convention" not in [v.invariant for v in reports[switch].violations]
-    assert reports[-1].metrics["grpo/sampling/total_generated_groups"] != expected[-1].metrics["grpo/sampling/total_generated_groups"]
+    total = "grpo/sampling/total_generated_groups"
+    assert reports[-1].metrics[total] != expected[-1].metrics[total]
     assert fresh.violation_counts.get("finite", 0) == 0
 
 

@@ -60,7 +60,8 @@ def _run(sinks, steps: int = STEPS):
 
 @pytest.mark.parametrize("flaky_first", [True, False], ids=["failing-sink-first", "failing-sink-last"])
 def test_a_sink_failing_every_call_backs_off_then_is_disabled(flaky_first, tmp_path):
-    """Always OSError: training runs every step, the JSONL sink gets every step, the bad sink is retried with backoff, then off."""
+    """Always OSError: training runs every step, the JSONL sink gets every step, the bad sink is retried with
+    backoff, then off."""
     flaky, good = FlakySink(lambda n: True), JSONLSink(tmp_path / "run.jsonl")
     reports, texts = _run([flaky, good] if flaky_first else [good, flaky])
     assert [r.step for r in reports] == list(range(STEPS))
@@ -83,7 +84,8 @@ def test_a_sink_failing_every_other_call_is_retried_and_never_disabled(tmp_path)
 
 
 def test_a_real_jsonl_sink_on_an_unwritable_path_never_stops_training(tmp_path):
-    """A JSONLSink pointed at a directory (every write is an OSError) is warned about, never disabled; the other sink is complete."""
+    """A JSONLSink pointed at a directory (every write is an OSError) is warned about, never disabled; the other
+    sink is complete."""
     broken, good = JSONLSink(tmp_path), JSONLSink(tmp_path / "run.jsonl")
     reports, texts = _run([broken, good])
     assert len(reports) == STEPS

@@ -49,7 +49,7 @@ def test_state_dict_is_plain_json_and_weights_only(kinds, seed, steps):
     gen = torch.Generator().manual_seed(seed)
     mon = GRPOMonitor(MonitorConfig(group_size=G, std_convention="population"))
     twin = GRPOMonitor(MonitorConfig(group_size=G, std_convention="population"))
-    for step in range(steps):
+    for _step in range(steps):
         for kind in kinds:
             r = torch.randint(0, 2, (3, G), generator=gen).float()
             a = advantages(r, "population", 1e-6)

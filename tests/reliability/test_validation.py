@@ -1,4 +1,5 @@
-"""Input validation at the API boundary: worded errors for bad input, accepted dtypes, empty batches, breaches as data."""
+"""Input validation at the API boundary: worded errors for bad input, accepted dtypes, empty batches, breaches as
+data."""
 
 from __future__ import annotations
 
@@ -24,23 +25,33 @@ def _monitor(**config) -> GRPOMonitor:
 
 # ------------------------------------------------------------------ bad input
 BAD_ROLLOUTS = [
-    pytest.param(dict(rewards=R, advantages=ADV[:, :3]), InputValueError, ["advantages", "(2, 3)", "(2, 4)"], id="advantages-shape"),
-    pytest.param(dict(rewards=R, advantages=ADV.reshape(-1)[:7]), InputValueError, ["advantages", "(7,)", "(2, 4)"], id="advantages-length"),
-    pytest.param(dict(rewards=R.reshape(-1), group_ids=[0, 1]), InputValueError, ["group_ids", "2 entries", "8 rows"], id="group_ids-length"),
+    pytest.param(dict(rewards=R, advantages=ADV[:, :3]), InputValueError, ["advantages", "(2, 3)", "(2, 4)"],
+                 id="advantages-shape"),
+    pytest.param(dict(rewards=R, advantages=ADV.reshape(-1)[:7]), InputValueError, ["advantages", "(7,)", "(2, 4)"],
+                 id="advantages-length"),
+    pytest.param(dict(rewards=R.reshape(-1), group_ids=[0, 1]), InputValueError, ["group_ids", "2 entries", "8 rows"],
+                 id="group_ids-length"),
     pytest.param(dict(rewards=R.reshape(-1), group_ids=torch.zeros(2, 4, dtype=torch.long)), InputValueError,
                  ["group_ids", "(2, 4)", "(8,)"], id="group_ids-2d"),
-    pytest.param(dict(rewards=R.reshape(-1), group_ids=torch.zeros(8)), InputTypeError, ["group_ids", "torch.float32"], id="group_ids-float"),
-    pytest.param(dict(rewards=R.reshape(-1), group_ids=[[0]] * 8), InputTypeError, ["group_ids", "hashable", "list"], id="group_ids-unhashable"),
-    pytest.param(dict(rewards=R.reshape(-1), group_ids="aaaabbbb"), InputTypeError, ["group_ids", "str"], id="group_ids-string"),
+    pytest.param(dict(rewards=R.reshape(-1), group_ids=torch.zeros(8)), InputTypeError, ["group_ids", "torch.float32"],
+                 id="group_ids-float"),
+    pytest.param(dict(rewards=R.reshape(-1), group_ids=[[0]] * 8), InputTypeError, ["group_ids", "hashable", "list"],
+                 id="group_ids-unhashable"),
+    pytest.param(dict(rewards=R.reshape(-1), group_ids="aaaabbbb"), InputTypeError, ["group_ids", "str"],
+                 id="group_ids-string"),
     pytest.param(dict(rewards=R.reshape(-1), group_ids=7), InputTypeError, ["group_ids", "int"], id="group_ids-scalar"),
-    pytest.param(dict(rewards=R, group_ids=[0] * 8), InputValueError, ["group_ids", "(B, G)"], id="group_ids-with-2d-rewards"),
-    pytest.param(dict(rewards=R, question_ids=["a", "b", "c"]), InputValueError, ["question_ids", "3 entries", "(2)", "(8)"],
+    pytest.param(dict(rewards=R, group_ids=[0] * 8), InputValueError, ["group_ids", "(B, G)"],
+                 id="group_ids-with-2d-rewards"),
+    pytest.param(dict(rewards=R, question_ids=["a", "b", "c"]), InputValueError,
+                 ["question_ids", "3 entries", "(2)", "(8)"],
                  id="question_ids-length"),
-    pytest.param(dict(rewards=R, question_ids=[["a"], ["b"]]), InputTypeError, ["question_ids", "hashable"], id="question_ids-unhashable"),
+    pytest.param(dict(rewards=R, question_ids=[["a"], ["b"]]), InputTypeError, ["question_ids", "hashable"],
+                 id="question_ids-unhashable"),
     pytest.param(dict(rewards=R, question_ids=5), InputTypeError, ["question_ids", "int"], id="question_ids-scalar"),
     pytest.param(dict(rewards=R[None]), InputValueError, ["rewards", "3-D", "(1, 2, 4)"], id="rewards-3d"),
     pytest.param(dict(rewards=torch.tensor(1.0)), InputValueError, ["rewards", "0-D"], id="rewards-0d"),
-    pytest.param(dict(rewards=R.reshape(-1)), InputValueError, ["rewards", "(8,)", "group_ids", "group_size"], id="flat-no-grouping"),
+    pytest.param(dict(rewards=R.reshape(-1)), InputValueError, ["rewards", "(8,)", "group_ids", "group_size"],
+                 id="flat-no-grouping"),
     pytest.param(dict(rewards=["a", "b"]), InputTypeError,
                  ["rewards", "numbers", "rewards[0] is 'a' (str)", "float('nan') to mark an unscorable row"],
                  id="rewards-strings"),
@@ -49,10 +60,13 @@ BAD_ROLLOUTS = [
     pytest.param(dict(rewards={"a": 1.0}), InputTypeError, ["rewards", "dict"], id="rewards-dict"),
     pytest.param(dict(rewards=[[1, 0], [1]]), InputTypeError, ["rewards", "numbers"], id="rewards-ragged"),
     pytest.param(dict(rewards=np.array([["x"] * 4] * 2)), InputTypeError, ["rewards", "<U1"], id="rewards-numpy-str"),
-    pytest.param(dict(rewards=np.array([[None] * 4] * 2)), InputTypeError, ["rewards", "object"], id="rewards-numpy-object"),
+    pytest.param(dict(rewards=np.array([[None] * 4] * 2)), InputTypeError, ["rewards", "object"],
+                 id="rewards-numpy-object"),
     pytest.param(dict(rewards=R.to(torch.complex64)), InputTypeError, ["rewards", "complex64"], id="rewards-complex"),
-    pytest.param(dict(rewards=R, advantages=np.array([["x"] * 4] * 2)), InputTypeError, ["advantages", "<U1"], id="advantages-numpy-str"),
-    pytest.param(dict(rewards=R, advantages=ADV.to("meta")), InputValueError, ["advantages", "meta"], id="advantages-meta-device"),
+    pytest.param(dict(rewards=R, advantages=np.array([["x"] * 4] * 2)), InputTypeError, ["advantages", "<U1"],
+                 id="advantages-numpy-str"),
+    pytest.param(dict(rewards=R, advantages=ADV.to("meta")), InputValueError, ["advantages", "meta"],
+                 id="advantages-meta-device"),
     pytest.param(dict(rewards=R.to("meta")), InputValueError, ["rewards", "meta", "(2, 4)"], id="rewards-meta-device"),
 ]
 
@@ -121,9 +135,12 @@ def test_step_going_back_raises_and_the_monitor_keeps_working():
     reason="the loss-side statistics module is not in this tree yet",
 )
 @pytest.mark.parametrize("kwargs, words", [
-    pytest.param(dict(mask=torch.ones(2, 5), logprobs=torch.zeros(2, 4)), ["logprobs", "(2, 4)", "(2, 5)"], id="logprobs-shape"),
-    pytest.param(dict(mask=torch.ones(2, 5), advantages=torch.zeros(3, 5)), ["advantages", "(3, 5)", "(2, 5)"], id="advantages-shape"),
-    pytest.param(dict(mask=torch.ones(2, 5), old_logprobs=torch.zeros(2, 5, 1)), ["old_logprobs"], id="old_logprobs-3d"),
+    pytest.param(dict(mask=torch.ones(2, 5), logprobs=torch.zeros(2, 4)), ["logprobs", "(2, 4)", "(2, 5)"],
+                 id="logprobs-shape"),
+    pytest.param(dict(mask=torch.ones(2, 5), advantages=torch.zeros(3, 5)), ["advantages", "(3, 5)", "(2, 5)"],
+                 id="advantages-shape"),
+    pytest.param(dict(mask=torch.ones(2, 5), old_logprobs=torch.zeros(2, 5, 1)), ["old_logprobs"],
+                 id="old_logprobs-3d"),
     pytest.param(dict(mask="ones"), ["mask", "str"], id="mask-str"),
 ])
 def test_bad_loss_input_raises_a_worded_error(kwargs, words):
@@ -255,7 +272,8 @@ BREACHES = [
     pytest.param(dict(rewards=R, advantages=_with(ADV, -math.inf)), id="minus-inf-advantage"),
     pytest.param(dict(rewards=_with(R, math.inf), advantages=ADV), id="inf-reward"),
     pytest.param(dict(rewards=_with(R, -math.inf)), id="minus-inf-reward-no-advantages"),
-    pytest.param(dict(rewards=_with(R, math.inf), advantages=ADV, question_ids=["a", "b"]), id="inf-reward-with-questions"),
+    pytest.param(dict(rewards=_with(R, math.inf), advantages=ADV, question_ids=["a", "b"]),
+                 id="inf-reward-with-questions"),
 ]
 
 

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_scan_generic import G, make_rows, write_parquet
 
 from grpo_monitor.cli import main
 from grpo_monitor.scan.progress import DelayedProgress
 from grpo_monitor.sinks import read_jsonl
-
-from test_scan_generic import G, make_rows, write_parquet
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numpy", "matplotlib", "pydantic", "wandb", "tensorboard", "pyarrow")
@@ -34,7 +33,8 @@ def broken_parquet(tmp_path) -> Path:
 def test_help_imports_nothing_heavy(argv):
     """`scan --help` and `compare --help` answer without importing torch, numpy, matplotlib or pyarrow."""
     code = (f"import sys\nfrom grpo_monitor.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit as e:\n"
-            f"    assert e.code == 0\nprint('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+            f"    assert e.code == 0\n"
+            f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stderr and f"usage: grpo-monitor {argv[0]}" in proc.stdout
@@ -74,7 +74,8 @@ def test_unfit_record_and_bad_options_exit_2_with_a_worded_error(tmp_path, capsy
     assert main(["scan", str(tmp_path / "d"), "--out", str(tmp_path / "o")]) == 2
     err = capsys.readouterr().err
     assert "grpo-monitor scan: error:" in err and "1.jsonl, line 2: the row has no field 'score'" in err
-    (tmp_path / "d" / "1.jsonl").write_text('{"input": "p", "score": 1, "step": 1}\n{"input": "p", "score": 0, "step": 1}\n')
+    (tmp_path / "d" / "1.jsonl").write_text('{"input": "p", "score": 1, "step": 1}\n'
+                                            '{"input": "p", "score": 0, "step": 1}\n')
     assert main(["scan", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--estimator", "median"]) == 2
     assert "--estimator" in capsys.readouterr().err
     assert main(["scan", str(tmp_path / "d"), "--out", str(tmp_path / "o"), "--no-report", "-q"]) == 0
@@ -118,7 +119,8 @@ def test_compare_puts_two_scans_on_one_page(tmp_path, capsys):
     assert "healthy" in page and "broken" in page and 'id="compare"' in page
     assert (tmp_path / "cmp" / "compare.png").stat().st_size > 10_000
     for name in ("healthy", "broken"):
-        rates = np.array([r["metrics"]["grpo/groups/degenerate_rate"] for r in read_jsonl(tmp_path / name / "monitor.jsonl")])
+        records = read_jsonl(tmp_path / name / "monitor.jsonl")
+        rates = np.array([r["metrics"]["grpo/groups/degenerate_rate"] for r in records])
         n = max(1, len(rates) // 10)
         first, last = f"{rates[:n].mean():.1%}", f"{rates[-n:].mean():.1%}"
         assert first in page and last in page and first in out
@@ -141,4 +143,5 @@ def test_scan_from_a_subprocess_writes_the_summary(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grpo_monitor", "scan", str(path), "-G", str(G), "--out",
                            str(tmp_path / "o"), "--no-report"], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
-    assert "grpo-monitor scan:" in proc.stdout and json.loads((tmp_path / "o" / "run.json").read_text())["format"] == "parquet"
+    assert "grpo-monitor scan:" in proc.stdout
+    assert json.loads((tmp_path / "o" / "run.json").read_text())["format"] == "parquet"

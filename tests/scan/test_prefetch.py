@@ -19,7 +19,8 @@ def write_dump(folder, steps=5, bad_line=None):
     """verl-like dumps; ``bad_line`` = (step, line) drops that row's score."""
     folder.mkdir(exist_ok=True)
     for step in range(1, steps + 1):
-        rows = [{"input": f"q{k}", "score": float((k + i + step) % 3 == 0), "step": step} for k in range(3) for i in range(4)]
+        rows = [{"input": f"q{k}", "score": float((k + i + step) % 3 == 0),
+                 "step": step} for k in range(3) for i in range(4)]
         if bad_line and bad_line[0] == step:
             del rows[bad_line[1] - 1]["score"]
         (folder / f"{step}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -60,7 +60,8 @@ def test_verl_uid_wins_and_v1_row_uids_lose_their_suffixes(tmp_path):
 @pytest.mark.parametrize(
     "broken, message",
     [
-        pytest.param({"drop": "score"}, r"3\.jsonl, line 3: the row has no field 'score' \(verl format\)", id="missing"),
+        pytest.param({"drop": "score"}, r"3\.jsonl, line 3: the row has no field 'score' \(verl format\)",
+                     id="missing"),
         pytest.param({"score": "high"}, r"3\.jsonl, line 3: field 'score' should be a number or null.*'high'",
                      id="text-reward"),
         pytest.param({"step": 4}, r"3\.jsonl, line 3: field 'step' is 4 but the file is the dump of step 3",

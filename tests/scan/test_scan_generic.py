@@ -40,7 +40,8 @@ def make_rows(seed: int = 0, broken_from: int | None = BROKEN_FROM) -> list[dict
             adv = _population_z(rewards)
             if broken_from is not None and step >= broken_from and g == 1:
                 adv = [a + 0.5 for a in adv]
-            rows += [{"step": step, "prompt_id": prompt, "reward": r, "advantage": a} for r, a in zip(rewards, adv)]
+            rows += [{"step": step, "prompt_id": prompt, "reward": r, "advantage": a} for r,
+                     a in zip(rewards, adv, strict=True)]
     return rows
 
 
@@ -65,7 +66,8 @@ def write_parquet(rows: list[dict], path: Path) -> Path:
 
 @pytest.mark.parametrize("broken_from", [None, BROKEN_FROM], ids=["healthy", "broken-from-13"])
 def test_parquet_scan_matches_a_plain_count_and_dates_the_breach(broken_from, tmp_path, monkeypatch):
-    """Degenerate rate and reward mean equal a plain count; a broken advantage column is reported from its first step."""
+    """Degenerate rate and reward mean equal a plain count; a broken advantage column is reported from its first
+    step."""
     monkeypatch.setattr(scan_parquet, "BATCH_ROWS", 50)  # record batches cut through steps too
     rows = make_rows(broken_from=broken_from)
     result = scan_rollouts(write_parquet(rows, tmp_path / "rollouts.parquet"), tmp_path / "scan", quiet=True,

@@ -17,11 +17,10 @@ pytest.importorskip("trl")
 pytest.importorskip("wandb")
 pytestmark = pytest.mark.slow  # a real trainer: about half a minute on 2 cores
 
-from tiny_trl import make_trainer  # noqa: E402
-
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
 from grpo_monitor.scan import scan_rollouts  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
+from tiny_trl import make_trainer  # noqa: E402
 
 G = 4
 
@@ -74,7 +73,7 @@ def _reference(table: dict) -> dict:
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
     rewards = []
-    for a, b in zip(table["frac_a"], table["space_reward"]):
+    for a, b in zip(table["frac_a"], table["space_reward"], strict=True):
         parts = [x for x in (number(a), number(b)) if x is not None]
         rewards.append(sum(parts) if parts else None)
     degenerate = total = 0

@@ -41,7 +41,8 @@ class _Stub(types.ModuleType):
 
 
 def _ray_trainer():
-    """``verl.trainer.ppo.ray_trainer.RayPPOTrainer``; server-only packages missing here are stubbed during the import."""
+    """``verl.trainer.ppo.ray_trainer.RayPPOTrainer``; server-only packages missing here are stubbed during the
+    import."""
     pytest.importorskip("verl")
     added = []
     for name in ("uvicorn", "fastapi"):
@@ -78,7 +79,7 @@ def _dump_with_verl(folder: Path, seed: int = 0) -> None:
                                  None if rng.random() < 0.05 and q not in STUCK | SOLVED else score))
             rng.shuffle(rows)  # verl balances sequence lengths across ranks: rows of a group are not adjacent
             host.global_steps = step
-            inputs, outputs, gts, scores = map(list, zip(*rows))
+            inputs, outputs, gts, scores = map(list, zip(*rows, strict=True))
             trainer_cls._dump_generations(host, inputs, outputs, gts, scores,
                                           {"acc": [s == 1.0 for s in scores]}, str(folder))
     finally:

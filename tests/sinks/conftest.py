@@ -21,7 +21,8 @@ def _make_violation(step: int, invariant: str = "zero_group_mean") -> Violation:
     return Violation(invariant, step, observed=0.3, expected="< 0.001", groups=(3, 7), hint="mean not subtracted")
 
 
-def _make_report(step: int, *, violations=(), failed: bool = False, n_questions: int = 4, hist_size: int = 16) -> StepReport:
+def _make_report(step: int, *, violations=(), failed: bool = False, n_questions: int = 4,
+                 hist_size: int = 16) -> StepReport:
     """A full StepReport: all known metrics, two histograms, the per-question table."""
     metrics = _make_metrics(step)
     if violations:

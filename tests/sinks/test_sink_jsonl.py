@@ -32,7 +32,7 @@ def test_reports_round_trip_with_nan_and_inf(tmp_path, make_report, make_violati
     text = (tmp_path / "run" / "steps.jsonl").read_text()
     assert text.count("\n") == 2 and "NaN" in text and "-Infinity" in text
     records = read_jsonl(tmp_path / "run" / "steps.jsonl")
-    assert all(same(r.to_dict(), rec) for r, rec in zip(reports, records))
+    assert all(same(r.to_dict(), rec) for r, rec in zip(reports, records, strict=True))
     assert records[1]["violations"][0]["invariant"] == "zero_group_mean" and records[1]["failed"] is True
 
 

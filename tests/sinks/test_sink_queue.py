@@ -29,7 +29,8 @@ ADV = advantages(R, "population", 1e-6)
 
 
 class Slow(Sink):
-    """Sleeps ``delay`` seconds (or until ``release`` is set) in every call; records what it got and from which thread."""
+    """Sleeps ``delay`` seconds (or until ``release`` is set) in every call; records what it got and from which
+    thread."""
 
     def __init__(self, name="slow", delay=0.0, release: threading.Event | None = None, synchronous=False):
         self.name, self.delay, self.release, self.synchronous = name, delay, release, synchronous
@@ -91,7 +92,8 @@ def _sink_threads() -> set[threading.Thread]:
 
 
 def test_a_3s_sink_does_not_slow_end_step_and_gets_what_fit_in_its_queue(tmp_path):
-    """Five end_steps next to a 3 s sink take well under 3 s; close() delivers what its one-slot queue took, in order."""
+    """Five end_steps next to a 3 s sink take well under 3 s; close() delivers what its one-slot queue took, in
+    order."""
     slow = Slow("sleepy", delay=3.0)
     mon = GRPOMonitor(MonitorConfig(group_size=4), sinks=[slow, JSONLSink(tmp_path / "run.jsonl")])
     mon.sinks.queue_size, mon.sinks.flush_timeout = 1, 20.0
@@ -120,7 +122,8 @@ def test_every_report_arrives_by_close_when_the_timeout_allows(tmp_path):
 
 
 def test_a_sink_blocked_forever_never_stalls_training_or_close(tmp_path):
-    """A sink waiting on an Event never set: end_step does not wait, JSONL is on disk at once, close() returns in its timeout and names it."""
+    """A sink waiting on an Event never set: end_step does not wait, JSONL is on disk at once, close() returns in
+    its timeout and names it."""
     never = threading.Event()
     hung = Slow("hung", release=never)
     path = tmp_path / "run.jsonl"
@@ -144,7 +147,8 @@ def test_a_sink_blocked_forever_never_stalls_training_or_close(tmp_path):
 
 
 def test_a_call_running_past_stall_timeout_drops_reports(make_report):
-    """Once the current call has run past stall_timeout, new reports are dropped (counted, warned once) although the queue has room."""
+    """Once the current call has run past stall_timeout, new reports are dropped (counted, warned once) although
+    the queue has room."""
     release = threading.Event()
     hung = Slow("stuck", release=release)
     sinkset = SinkSet([hung], stall_timeout=0.3)
@@ -216,7 +220,8 @@ def test_a_hung_sink_does_not_delay_another_and_flush_says_so(make_report):
 
 
 def test_backoff_runs_in_the_sinks_thread(make_report):
-    """An always-failing sink is tried at steps 0, 2, 5, 10, 19 from its own thread, then disabled; warnings come in the caller's thread."""
+    """An always-failing sink is tried at steps 0, 2, 5, 10, 19 from its own thread, then disabled; warnings come
+    in the caller's thread."""
     failing = Failing(lambda n: True)
     sinkset = SinkSet([failing], max_failures=5)
     with warnings.catch_warnings(record=True) as caught:
@@ -268,7 +273,8 @@ def test_alert_reaches_every_active_sink_through_its_path(make_report):
 
 
 def test_constructing_starts_no_thread_and_synchronous_sinks_never_do(tmp_path, make_report):
-    """No thread at construction; emitting to synchronous sinks only starts none; an async sink gets one on first emit."""
+    """No thread at construction; emitting to synchronous sinks only starts none; an async sink gets one on first
+    emit."""
     before = _sink_threads()
     inline = Slow("inline", synchronous=True)
     sync_only = SinkSet([inline, JSONLSink(tmp_path / "a.jsonl")])
@@ -336,7 +342,8 @@ _EXIT_SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize("mode", ["slow", "hang"])
 def test_queued_reports_are_flushed_at_interpreter_exit(tmp_path, mode):
-    """A script that never closes still delivers its queued reports at exit; a hung sink delays exit by its flush_timeout only."""
+    """A script that never closes still delivers its queued reports at exit; a hung sink delays exit by its
+    flush_timeout only."""
     path = tmp_path / "steps.txt"
     start = time.monotonic()
     out = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(path), mode], cwd=ROOT,

@@ -39,7 +39,7 @@ def test_history_rows_on_the_step_axis(wandb_offline, make_report):
     records, _ = _run_sink(WandbSink(project="p"), reports)
     rows = R.history_rows(records)
     assert [row["grpo/step"] for row in rows] == [0, 1, 2]
-    for row, report in zip(rows, reports):
+    for row, report in zip(rows, reports, strict=True):
         assert all(row[k] == v or math.isnan(v) for k, v in report.metrics.items())
         assert row["grpo/adv/values"]["_type"] == "histogram"
         assert sum(row["grpo/reward/question_std"]["values"]) == 16

@@ -20,7 +20,8 @@ def test_import_and_construct_without_backends(tmp_path):
         d = {str(tmp_path)!r}
         SinkSet([JSONLSink(d + "/a/s.jsonl"), TensorBoardSink(d + "/tb"), WandbSink(project="p"),
                  ConsoleSink()])
-        heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"wandb", "tensorboard", "rich", "wandb_workspaces"}})
+        heavy = sorted({{m.split(".")[0] for m in sys.modules}}
+                       & {{"wandb", "tensorboard", "rich", "wandb_workspaces"}})
         print(heavy)
         """
     )

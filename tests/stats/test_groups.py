@@ -30,7 +30,8 @@ def reference_groups(rewards: np.ndarray, gid: np.ndarray, num_groups: int) -> d
 
 def reference_fit(adv: np.ndarray, rewards: np.ndarray, gid: np.ndarray, num_groups: int) -> dict[str, np.ndarray]:
     """Per-group least squares a = k (r - mean) + b on scorable rows, via numpy.linalg.lstsq."""
-    out = {k: np.full(num_groups, np.nan) for k in ("slope", "intercept", "resid_rms", "adv_std", "abs_max", "unscorable")}
+    out = {k: np.full(num_groups, np.nan) for k in ("slope", "intercept", "resid_rms", "adv_std", "abs_max",
+                                                    "unscorable")}
     for g in range(num_groups):
         r, a = rewards[gid == g], adv[gid == g]
         ok = ~np.isnan(r)
@@ -52,7 +53,8 @@ def reference_fit(adv: np.ndarray, rewards: np.ndarray, gid: np.ndarray, num_gro
 def random_batch(seed: int, num_groups: int = 40, G: int = 6, nan_frac: float = 0.1, shuffle: bool = True):
     """Binary-and-continuous rewards with NaN rows, advantages a noisy affine function, shuffled rows."""
     rng = np.random.default_rng(seed)
-    rewards = np.where(rng.random((num_groups, G)) < 0.5, rng.integers(0, 2, (num_groups, G)), rng.random((num_groups, G)))
+    rewards = np.where(rng.random((num_groups, G)) < 0.5, rng.integers(0, 2, (num_groups, G)),
+                       rng.random((num_groups, G)))
     rewards = rewards.astype(np.float64)
     rewards[rng.random((num_groups, G)) < nan_frac] = np.nan
     rewards[0] = 0.25  # one all-equal group
@@ -164,7 +166,7 @@ def test_seed_table_values():
         groups = (torch.arange(G)[None, :] < torch.arange(G + 1)[:, None]).double()  # row K has K successes
         degenerate = group_reward_stats(groups.reshape(-1), Segments.blocks(G + 1, G)).degenerate.tolist()
         weights = [math.comb(G, k) * p**k * (1 - p) ** (G - k) for k in range(G + 1)]
-        assert sum(w for w, d in zip(weights, degenerate) if d) == pytest.approx(printed, abs=5e-5)
+        assert sum(w for w, d in zip(weights, degenerate, strict=True) if d) == pytest.approx(printed, abs=5e-5)
 
 
 # ---------------------------------------------------------------- advantages

@@ -10,7 +10,11 @@ import torch
 
 from grpo_monitor.config import Tolerances
 from grpo_monitor.stats.conventions import (
-    CONVENTIONS, convention_base, scale_factor, stabilizer_range, stabilizer_residuals,
+    CONVENTIONS,
+    convention_base,
+    scale_factor,
+    stabilizer_range,
+    stabilizer_residuals,
 )
 from grpo_monitor.stats.fields import FieldLayout
 from grpo_monitor.stats.rollout import GROUP_INVARIANTS, ROLLOUT_FIELDS, rollout_stats
@@ -66,7 +70,7 @@ def test_merging_two_calls_equals_one_call():
     vec2, _ = rollout_stats(torch.from_numpy(r[25:].reshape(-1)), Segments.blocks(35, 4), 35,
                             torch.from_numpy(a[25:].reshape(-1)), Tolerances(), None)
     merged = LAYOUT.to_dict(LAYOUT.combine(vec1, vec2).tolist())
-    for name, op in ROLLOUT_FIELDS:
+    for name, _op in ROLLOUT_FIELDS:
         if name == "typ_abs_adv":  # a median does not merge; the max of the parts is kept
             continue
         assert merged[name] == pytest.approx(whole[name], rel=1e-12, abs=1e-12), name
@@ -85,7 +89,8 @@ def test_rewards_only_leave_advantage_fields_empty():
 )
 def test_convention_base(name, expected):
     """The part of 1/k each convention explains: std, Bessel std, 1, (n-1)/n, 0."""
-    got = convention_base(name, torch.tensor([0.5, 0.25], dtype=torch.float64), torch.tensor([4.0, 2.0], dtype=torch.float64))
+    got = convention_base(name, torch.tensor([0.5, 0.25], dtype=torch.float64),
+                          torch.tensor([4.0, 2.0], dtype=torch.float64))
     assert got.tolist() == pytest.approx(expected, rel=1e-15)
 
 

@@ -16,10 +16,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_monitor.stats import tokens as tk
 from grpo_monitor.stats.tokens import (
-    TOKEN_FIELDS, TOKEN_INDEX, TOKEN_LAYOUT, TOKEN_REDUCTIONS, combine_token_stats, token_metrics,
-    token_sufficient_stats, validate_token_inputs,
+    FIELDS,
+    TOKEN_FIELDS,
+    TOKEN_INDEX,
+    TOKEN_LAYOUT,
+    TOKEN_REDUCTIONS,
+    backends,
+    combine_token_stats,
+    token_metrics,
+    token_sufficient_stats,
+    validate_token_inputs,
 )
 
 PI = np.array([0.40, 0.30, 0.15, 0.10, 0.05])  # pi_theta (seed 002, section 4)
@@ -51,7 +58,8 @@ def reference_metrics(mask, advantages=None, logprobs=None, ref_logprobs=None, o
         live = np.array([(a[i][valid[i]] != 0).any() for i in range(len(a))])
         spreads = [np.ptp(a[i][valid[i]]) for i in range(len(a)) if valid[i].any()]
         out.update({"grpo/tokens/live_fraction": valid[live].sum() / n, "grpo/tokens/adv_mean": a[valid].mean(),
-                    "grpo/tokens/adv_abs_mean": np.abs(a[valid]).mean(), "grpo/tokens/adv_row_spread_max": max(spreads)})
+                    "grpo/tokens/adv_abs_mean": np.abs(a[valid]).mean(),
+                    "grpo/tokens/adv_row_spread_max": max(spreads)})
     given = [f[k][valid] for k in ("lp", "ref", "old") if f[k] is not None]
     if given and n:
         out["grpo/tokens/logprob_nonfinite"] = int((~np.all([np.isfinite(g) for g in given], axis=0)).sum())
@@ -79,7 +87,7 @@ def reference_metrics(mask, advantages=None, logprobs=None, ref_logprobs=None, o
 
 def assert_metrics_close(got: dict, want: dict, rtol: float = 2e-5, atol: float = 1e-7, std_slack: bool = True) -> None:
     """Keys equal, values close; with ``std_slack`` a std may also be off by 5e-4 x rms (float32 sums of
-    squares: near-constant values, see tokens.py)."""
+    squares: near-constant values, see readout.token_metrics)."""
     assert set(got) == set(want), f"keys differ: extra {set(got) - set(want)}, missing {set(want) - set(got)}"
     for key, value in want.items():
         tol = atol
@@ -108,12 +116,24 @@ def seed_batch(B: int = 125, T: int = 2000, p_valid: float = 0.8, seed: int = 0,
 def test_layout_has_the_slots_the_monitor_reads():
     """The invariants read these slots by name, with these reductions."""
     fields = dict(TOKEN_FIELDS)
-    for name, op in (("valid_tokens", "sum"), ("rows_with_tokens", "sum"), ("adv_abs_sum", "sum"), ("adv_tokens", "sum"),
+    for name, op in (("valid_tokens", "sum"), ("rows_with_tokens", "sum"), ("adv_abs_sum", "sum"),
+                     ("adv_tokens", "sum"),
                      ("adv_row_spread_max", "max"), ("mask_nonbinary", "sum"), ("logprob_nonfinite", "sum"),
                      ("on_policy_absdiff_max", "max")):
         assert fields[name] == op
     assert TOKEN_REDUCTIONS == tuple(op for _, op in TOKEN_FIELDS)
     assert len(set(fields)) == len(TOKEN_FIELDS)
+
+
+def test_field_table_keys_point_at_count_slots():
+    """A key reported from the table is unique, and its ``per`` / ``when`` slot is an earlier count (a sum)."""
+    keys = [f.key for f in FIELDS if f.key]
+    assert len(keys) == len(set(keys))
+    index = {f.name: i for i, f in enumerate(FIELDS)}
+    for i, f in enumerate(FIELDS):
+        for gate in (f.per, f.when):
+            assert gate is None or (FIELDS[index[gate]].reduction == "sum" and index[gate] < i), f.name
+        assert f.reduction in ("sum", "min", "max") and not (f.per and f.reduction != "sum"), f.name
 
 
 # ----------------------------------------------------------------------------- seed distributions
@@ -147,7 +167,8 @@ def test_kl_estimators_reproduce_the_seed_table(seed_tokens):
     assert m["grpo/kl/k1_std"] / m["grpo/kl/k3_std"] == pytest.approx(0.2081 / 0.0274, rel=0.05)
 
 
-@pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 3e38, -7.0], ids=["nan", "inf", "-inf", "huge", "plain"])
+@pytest.mark.parametrize("garbage", [math.nan, math.inf, -math.inf, 3e38, -7.0],
+                         ids=["nan", "inf", "-inf", "huge", "plain"])
 def test_masked_padding_never_leaks(garbage):
     """Whatever the padding holds, the vector is bit-identical to the one with clean padding."""
     clean, dirty = seed_batch(B=16, T=300, garbage=0.0), seed_batch(B=16, T=300, garbage=garbage)
@@ -163,7 +184,7 @@ def test_micro_batches_combine_to_one_pass(seed_tokens):
     """Sums, counts, minima and maxima merged over uneven micro-batches equal one pass over the whole."""
     whole = stats(**seed_tokens)
     cuts = [0, 1, 40, 41, 125]
-    parts = [stats(**{k: v[a:b] for k, v in seed_tokens.items()}) for a, b in zip(cuts, cuts[1:])]
+    parts = [stats(**{k: v[a:b] for k, v in seed_tokens.items()}) for a, b in zip(cuts, cuts[1:], strict=False)]
     merged = parts[0]
     for p in parts[1:]:
         merged = combine_token_stats(merged, p)
@@ -178,7 +199,8 @@ def test_empty_micro_batch_is_the_identity(seed_tokens):
     no_rows = stats(**{k: v[:0] for k, v in seed_tokens.items()})
     for empty in (none_valid, no_rows):
         assert torch.equal(combine_token_stats(whole, empty), whole)
-    assert token_metrics(no_rows) == {"grpo/tokens/valid": 0.0, "grpo/tokens/rows": 0.0, "grpo/tokens/mask_nonbinary": 0.0}
+    assert token_metrics(no_rows) == {"grpo/tokens/valid": 0.0, "grpo/tokens/rows": 0.0,
+                                      "grpo/tokens/mask_nonbinary": 0.0}
 
 
 @settings(max_examples=40, deadline=None)
@@ -190,12 +212,13 @@ def test_random_batches_match_reference_and_merge(B, T, split, seed, row_adv, p_
     mask = (rng.random((B, T)) < p_valid).astype(np.float32)
     x = {k: rng.normal(-1, 1, (B, T)).astype(np.float32) for k in ("logprobs", "ref_logprobs", "old_logprobs", "kl")}
     x["advantages"] = rng.normal(size=B).astype(np.float32) if row_adv else rng.normal(size=(B, T)).astype(np.float32)
-    for k, v in x.items():
+    for v in x.values():
         if v.ndim == 2:
             v[mask == 0] = rng.choice([np.nan, np.inf, 1e30])
     x = {k: torch.from_numpy(v) for k, v in x.items()}
     whole = stats(torch.from_numpy(mask), **x)
-    assert_metrics_close(token_metrics(whole), reference_metrics(mask, **{k: v.numpy() for k, v in x.items()}), rtol=1e-5)
+    want = reference_metrics(mask, **{k: v.numpy() for k, v in x.items()})
+    assert_metrics_close(token_metrics(whole), want, rtol=1e-5)
     s = min(split, B)
     head = stats(torch.from_numpy(mask[:s]), **{k: v[:s] for k, v in x.items()})
     tail = stats(torch.from_numpy(mask[s:]), **{k: v[s:] for k, v in x.items()})
@@ -277,7 +300,8 @@ def test_user_kl_agreement_and_clamp_fraction():
     mask = (rng.random(lp.shape) < 0.8).astype(np.float32)
     x = dict(logprobs=lp, ref_logprobs=ref, kl=user)
     for clamp in [(-1.0, 1.0), None]:
-        got = token_metrics(stats(torch.from_numpy(mask), kl_clamp=clamp, **{k: torch.from_numpy(v) for k, v in x.items()}))
+        tensors = {k: torch.from_numpy(v) for k, v in x.items()}
+        got = token_metrics(stats(torch.from_numpy(mask), kl_clamp=clamp, **tensors))
         assert_metrics_close(got, reference_metrics(mask, kl_clamp=clamp, **x), rtol=1e-5, atol=1e-6)
     assert 0.05 < got["grpo/kl/user_k3_max_abs_diff"]
     frac = token_metrics(stats(torch.from_numpy(mask), kl_clamp=(-1.0, 1.0), kl=torch.from_numpy(user)))
@@ -338,7 +362,7 @@ def test_no_host_sync_or_data_dependent_shapes():
         validate_token_inputs(m, advantages=torch.zeros(4), logprobs=x, ref_logprobs=x, old_logprobs=x, kl=x)
         v = stats(m, advantages=torch.zeros(4), logprobs=x, ref_logprobs=x, old_logprobs=x, kl=x)
         assert v.shape == (len(TOKEN_FIELDS),) and v.dtype == torch.float64
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 - whichever error FakeTensorMode raises for a dynamic shape
             x[m > 0]  # the check works: boolean indexing is data-dependent
 
 
@@ -346,8 +370,8 @@ def test_no_host_sync_or_data_dependent_shapes():
 def _reset_compile_state(monkeypatch):
     """Fresh compile state, and the C kernel off: these tests are about the torch.compile path."""
     monkeypatch.setenv("GRPO_MONITOR_NATIVE", "0")
-    monkeypatch.setitem(tk._COMPILE_STATE, "broken", False)
-    monkeypatch.setattr(tk, "_COMPILED", {})
+    monkeypatch.setattr(backends.COMPILED, "broken", False)
+    monkeypatch.setattr(backends.COMPILED, "kernels", {})
 
 
 @pytest.mark.slow  # a cold torch.compile build: ~45 s on 2 cores
@@ -373,7 +397,7 @@ def test_compiled_path_agrees_with_eager_and_does_not_recompile(monkeypatch):
                 graphs = counters["stats"]["unique_graphs"]
     assert graphs >= 1, "nothing was compiled"
     assert counters["stats"]["unique_graphs"] == graphs, "a new shape recompiled the kernel"
-    assert not tk._COMPILE_STATE["broken"]
+    assert not backends.COMPILED.broken
 
 
 def test_compile_failure_warns_once_and_falls_back(monkeypatch):
@@ -412,26 +436,34 @@ def test_environment_variable_disables_compilation(monkeypatch):
 def test_auto_compiles_only_large_inputs(monkeypatch):
     """compile='auto' leaves small micro-batches eager (a compile costs seconds once)."""
     monkeypatch.delenv("GRPO_MONITOR_COMPILE", raising=False)
-    assert tk._use_compile("auto", tk.AUTO_COMPILE_MIN_TOKENS) and not tk._use_compile("auto", 1000)
-    assert tk._use_compile(True, 10) and not tk._use_compile(False, 1 << 30)
+    want = backends.wants_compile
+    assert want("auto", backends.AUTO_COMPILE_MIN_TOKENS) and not want("auto", 1000)
+    assert want(True, 10) and not want(False, 1 << 30)
 
 
 # ----------------------------------------------------------------------------- validation
 M = torch.ones(8, 16)
 BAD = [
     pytest.param(M, dict(logprobs=torch.zeros(8, 12)), ValueError,
-                 "logprobs has shape (8, 12) but mask has shape (8, 16); pass token tensors aligned with mask", id="shape"),
-    pytest.param(M, dict(advantages=torch.zeros(16)), ValueError, "advantages has shape (16,) but mask has shape (8, 16) or (8,)",
+                 "logprobs has shape (8, 12) but mask has shape (8, 16); pass token tensors aligned with mask",
+                 id="shape"),
+    pytest.param(M, dict(advantages=torch.zeros(16)), ValueError,
+                 "advantages has shape (16,) but mask has shape (8, 16) or (8,)",
                  id="advantages-length"),
     pytest.param(M[0], dict(), ValueError, "mask must be 2-D (B, T), but has shape (16,)", id="mask-1d"),
-    pytest.param(M, dict(kl=torch.zeros(8, 16, device="meta")), ValueError, "kl is on meta but mask is on cpu", id="device"),
+    pytest.param(M, dict(kl=torch.zeros(8, 16, device="meta")), ValueError, "kl is on meta but mask is on cpu",
+                 id="device"),
     pytest.param(M, dict(ref_logprobs=torch.zeros(8, 16, dtype=torch.complex64)), TypeError,
-                 "ref_logprobs must hold real numbers (integer or floating dtype), but has dtype torch.complex64", id="complex"),
-    pytest.param(M, dict(old_logprobs=torch.zeros(8, 16, dtype=torch.bool)), TypeError, "old_logprobs must hold real numbers",
+                 "ref_logprobs must hold real numbers (integer or floating dtype), but has dtype torch.complex64",
+                 id="complex"),
+    pytest.param(M, dict(old_logprobs=torch.zeros(8, 16, dtype=torch.bool)), TypeError,
+                 "old_logprobs must hold real numbers",
                  id="bool-values"),
-    pytest.param(M, dict(logprobs=np.zeros((8, 16))), TypeError, "logprobs must be a torch.Tensor aligned with mask, but got ndarray",
+    pytest.param(M, dict(logprobs=np.zeros((8, 16))), TypeError,
+                 "logprobs must be a torch.Tensor aligned with mask, but got ndarray",
                  id="numpy"),
-    pytest.param([[1, 0]], dict(), TypeError, "mask must be a torch.Tensor of shape (B, T), but got list", id="mask-list"),
+    pytest.param([[1, 0]], dict(), TypeError, "mask must be a torch.Tensor of shape (B, T), but got list",
+                 id="mask-list"),
     pytest.param(M, dict(logits=torch.zeros(8, 16)), TypeError, "unexpected token tensor 'logits'", id="unknown-name"),
 ]
 
@@ -447,7 +479,8 @@ def test_validation_names_the_argument(mask, tensors, error, message):
 def test_validation_accepts_aligned_inputs():
     """Aligned (B, T) tensors, (B,) advantages and None are fine."""
     validate_token_inputs(M, advantages=torch.zeros(8), logprobs=torch.zeros(8, 16, dtype=torch.bfloat16),
-                          ref_logprobs=None, old_logprobs=torch.zeros(8, 16), kl=torch.zeros(8, 16, dtype=torch.float64))
+                          ref_logprobs=None, old_logprobs=torch.zeros(8, 16),
+                          kl=torch.zeros(8, 16, dtype=torch.float64))
     validate_token_inputs(M.bool(), advantages=torch.zeros(8, 16, dtype=torch.int32))
 
 
@@ -466,9 +499,10 @@ def test_bad_options_are_worded(kwargs, message):
 # ----------------------------------------------------------------------------- polynomial exponentials
 def test_fast_exponentials_match_float64():
     """The compiled path's exp(u) - 1 - u and expm1 agree with float64 to ~1e-6 relative, never negative k3."""
-    from grpo_monitor.stats._token_kernel import expm1_fast, k3_fast
+    from grpo_monitor.stats.tokens.fast_exp import expm1_fast, k3_fast
 
-    x = torch.cat([torch.linspace(-120, 88, 100_001), torch.linspace(-1, 1, 100_001), torch.tensor([0.0, -1e-30, 1e-8])])
+    x = torch.cat([torch.linspace(-120, 88, 100_001), torch.linspace(-1, 1, 100_001),
+                   torch.tensor([0.0, -1e-30, 1e-8])])
     xd = x.double()
     k3, em1 = k3_fast(x).double(), expm1_fast(x).double()
     torch.testing.assert_close(k3, torch.expm1(xd) - xd, rtol=1e-5, atol=0)  # eager torch ops: no fused multiply-add
@@ -491,4 +525,5 @@ def test_compiled_path_matches_float64_reference(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         got = token_metrics(token_sufficient_stats(**x, compile=True))
-    assert_metrics_close(got, reference_metrics(**{k: v.numpy() for k, v in x.items()}), rtol=1e-5, atol=1e-6, std_slack=False)
+    want = reference_metrics(**{k: v.numpy() for k, v in x.items()})
+    assert_metrics_close(got, want, rtol=1e-5, atol=1e-6, std_slack=False)

@@ -1,7 +1,10 @@
-"""The C token kernel (``_native``) against the float64 reference and the eager path.
+"""The token backends (native C, compiled, eager) against a float64 reference, slot by slot.
 
-The kernel is compiled here with the machine's C compiler (the one ``torch.compile``
-needs); the tests skip only on a CPU without AVX2 or a machine without a compiler.
+The first section checks that the three backends agree on every slot of the vector with
+a per-slot float64 reference; the rest checks the C kernel (the native backend) in depth
+against the float64 metrics reference and the eager backend. The kernel is compiled here
+with the machine's C compiler (the one ``torch.compile`` needs); its tests skip only on a
+CPU without AVX2 or a machine without a compiler.
 """
 
 from __future__ import annotations
@@ -17,12 +20,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from grpo_monitor.stats import _native
-from grpo_monitor.stats import tokens as tk
-from grpo_monitor.stats.tokens import TOKEN_FIELDS, TOKEN_INDEX, token_metrics, token_sufficient_stats
-
 from test_tokens import assert_metrics_close, reference_metrics, seed_batch, stats
+
+from grpo_monitor.stats.tokens import (
+    TOKEN_FIELDS,
+    TOKEN_INDEX,
+    backends,
+    token_inputs,
+    token_metrics,
+    token_sufficient_stats,
+)
+from grpo_monitor.stats.tokens import native_build as _native
+from grpo_monitor.stats.tokens.torch_rows import token_vector
 
 FIELDS = [name for name, _ in TOKEN_FIELDS]
 #: Slots that are counts or extrema of the inputs: equal exactly whatever the summation order
@@ -32,7 +41,203 @@ EXACT = [i for i, (n, op) in enumerate(TOKEN_FIELDS)
                                                                           "clipped", "hits")))]
 
 
-@pytest.fixture(autouse=True)
+# ----------------------------------------------------------------------------- the three backends agree
+NAMES = ("advantages", "logprobs", "ref_logprobs", "old_logprobs", "kl")
+MASK_DTYPES = (torch.float32, torch.bool, torch.uint8, torch.int32, torch.int64, torch.float64, torch.float16)
+CLIP, CLAMP = (0.2, 0.25), (0.125, 0.875)
+#: advantages none / (B,) / (B, T), each of the four other tensors in or out, float32 and float64 values
+CASES = [(adv, others, dtype) for dtype in (torch.float32, torch.float64) for adv in (None, 1, 2)
+         for others in range(16)]
+
+
+def _have_native() -> bool:
+    """An AVX2 CPU and a C compiler: the native backend can be built here."""
+    try:
+        _native.compiler()
+    except RuntimeError:
+        return False
+    return torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+HAVE_NATIVE = _have_native()
+
+
+def case_inputs(adv: int | None, others: int, dtype: torch.dtype, seed: int) -> dict:
+    """Random (7, 45) tensors: a row without tokens, non-binary mask entries, NaN / inf / huge padding,
+    log ratios kept 1e-4 away from the clip bounds (float32 and float64 round differently there)."""
+    gen = torch.Generator().manual_seed(seed)
+    B, T = 7, 45
+    mask = (torch.rand(B, T, generator=gen) < 0.7).double()
+    mask[3] = 0.0
+    mask[0, :3] = torch.tensor([2.0, 0.5, 2.0])
+    lp = -3 * torch.rand(B, T, generator=gen, dtype=torch.float64)
+    lr = 0.3 * torch.randn(B, T, generator=gen, dtype=torch.float64)
+    for bound in (math.log(1 - CLIP[0]), math.log1p(CLIP[1])):
+        lr = torch.where((lr - bound).abs() < 1e-4, lr + 3e-4, lr)
+    x = {"logprobs": lp, "ref_logprobs": lp + 0.4 * torch.randn(B, T, generator=gen, dtype=torch.float64),
+         "old_logprobs": lp - lr, "kl": 1.4 * torch.rand(B, T, generator=gen, dtype=torch.float64) - 0.2}
+    x = {k: v for i, (k, v) in enumerate(x.items()) if others >> i & 1}
+    if adv is not None:
+        x["advantages"] = torch.randn(*((B,) if adv == 1 else (B, T)), generator=gen, dtype=torch.float64)
+        x["advantages"][5] = 0.0  # a row without signal
+    for k, v in x.items():
+        if v.dim() == 2:
+            x[k] = torch.where(mask > 0, v, [math.nan, math.inf, -1e30][seed % 3])
+    mask_dtype = MASK_DTYPES[seed % len(MASK_DTYPES)]
+    return {"mask": mask.to(mask_dtype), **{k: v.to(dtype) for k, v in x.items()}}
+
+
+class Slots(dict):
+    """Reference slot values by name, with a scale (sum of |terms|) per sum for its tolerance."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale: dict[str, float] = {}
+
+    def sum(self, name: str, terms: np.ndarray) -> None:
+        self[name], self.scale[name] = float(terms.sum()), float(np.abs(terms).sum())
+
+    def max(self, name: str, terms: np.ndarray) -> None:
+        self[name] = float(terms.max()) if terms.size else -math.inf
+
+
+def reference_slots(x: dict, clamp: tuple[float, float] | None) -> Slots:
+    """Every slot from its definition over the valid tokens, in float64 numpy; slots of absent inputs left out
+    (the vector holds their identity there)."""
+    m = x["mask"].double().numpy()
+    valid = m > 0
+    f = {k: x[k].double().numpy() for k in NAMES if k in x}
+    v = Slots()
+    v.update(valid_tokens=float(valid.sum()), rows_with_tokens=float(valid.any(1).sum()),
+             mask_nonbinary=float(((m != 0) & (m != 1)).sum()))
+    if "advantages" in f:
+        _adv_slots(v, valid, f["advantages"])
+    given = [f[k][valid] for k in ("logprobs", "ref_logprobs", "old_logprobs") if k in f]
+    if given:
+        v["logprob_tokens"] = v["valid_tokens"]
+        v["logprob_nonfinite"] = float((~np.all([np.isfinite(g) for g in given], axis=0)).sum())
+    k3 = None
+    if "logprobs" in f and "ref_logprobs" in f:
+        k3 = _kl_slots(v, f["ref_logprobs"][valid] - f["logprobs"][valid])
+    if "kl" in f:
+        _user_slots(v, f["kl"][valid], k3, clamp)
+    if "logprobs" in f and "old_logprobs" in f:
+        lr = f["logprobs"][valid] - f["old_logprobs"][valid]
+        ratio = np.exp(lr)
+        v["ratio_tokens"] = float(lr.size)
+        v["ratio_clipped"] = float(((ratio < 1 - CLIP[0]) | (ratio > 1 + CLIP[1])).sum())
+        v.sum("ratio_m1_sum", np.expm1(lr))
+        v.max("on_policy_absdiff_max", np.abs(lr))
+    return v
+
+
+def _adv_slots(v: Slots, valid: np.ndarray, adv: np.ndarray) -> None:
+    a = adv if adv.ndim == 2 else np.repeat(adv[:, None], valid.shape[1], 1)
+    rows = [a[r][valid[r]] for r in range(len(a)) if valid[r].any()]
+    v["adv_tokens"] = float(valid.sum())
+    v.sum("adv_sum", a[valid])
+    v.sum("adv_abs_sum", np.abs(a[valid]))
+    v["adv_row_spread_max"] = max((float(np.ptp(r)) for r in rows), default=-math.inf)
+    v["adv_live_tokens"] = float(sum(r.size for r in rows if (r != 0).any()))
+
+
+def _kl_slots(v: Slots, u: np.ndarray) -> np.ndarray:
+    """Moments and extremes of u = ref - logprobs and of k3 = exp(u) - u - 1; returns k3."""
+    k3 = np.expm1(u) - u
+    v["kl_tokens"], v["kl_u_pos"] = float(u.size), float((u > 0).sum())
+    for name, terms in (("kl_u_sum", u), ("kl_u_sq_sum", u**2), ("kl_u_quad_sum", u**4), ("kl_k3_sum", k3),
+                        ("kl_k3_sq_sum", k3**2)):
+        v.sum(name, terms)
+    v.max("kl_u_max", u)
+    v["kl_u_min"] = float(u.min()) if u.size else math.inf
+    return k3
+
+
+def _user_slots(v: Slots, user: np.ndarray, k3: np.ndarray | None, clamp: tuple[float, float] | None) -> None:
+    v["user_kl_tokens"] = float(user.size)
+    v.sum("user_kl_sum", user)
+    v.sum("user_kl_sq_sum", user**2)
+    if k3 is not None:
+        v["user_k3_tokens"] = float(user.size)
+        v.max("user_k3_absdiff_max", np.abs(user - k3))
+    if clamp is not None:
+        v["user_clamp_tokens"] = float(user.size)
+        v["user_clamp_hits"] = float(((user <= clamp[0]) | (user >= clamp[1])).sum())
+
+
+def assert_slots(got: torch.Tensor, want: Slots, rtol: float, who: str) -> None:
+    """Counts exact, sums within rtol x their scale, extrema within rtol; absent slots at their identity."""
+    identity = {"sum": 0.0, "min": math.inf, "max": -math.inf}
+    for i, (name, op) in enumerate(TOKEN_FIELDS):
+        value, expected = got[i].item(), want.get(name, identity[op])
+        size = want.scale[name] if name in want.scale else abs(expected) if math.isfinite(expected) else 0.0
+        close = value == expected or abs(value - expected) <= rtol * size + 1e-12
+        assert close, f"{who}: {name} = {value}, expected {expected}"
+
+
+@pytest.mark.parametrize("adv, others, dtype", CASES, ids=[
+    f"{dtype}-adv{adv or 0}-" + ("+".join(k for i, k in enumerate(NAMES[1:]) if others >> i & 1) or "mask")
+    for adv, others, dtype in CASES])
+def test_the_three_backends_agree_on_every_slot(adv, others, dtype):
+    """Native, compiled and eager give every slot of the float64 reference (masks of each dtype, cycled).
+
+    "compiled" here is the function the compiled backend compiles (``token_vector(fast=True)``)
+    run op by op; ``test_compiled_backend_agrees_on_every_slot`` runs it through inductor."""
+    seed = CASES.index((adv, others, dtype))
+    x = case_inputs(adv, others, dtype, seed)
+    clamp = CLAMP if seed % 2 else None
+    inputs = token_inputs(**x, clip_range=CLIP, kl_clamp=clamp)
+    want = reference_slots(x, clamp)
+    rtol = 2e-5 if dtype == torch.float32 else 1e-10
+    assert_slots(backends.EAGER.run(inputs), want, rtol, "eager")
+    assert_slots(token_vector(inputs, fast=True), want, rtol, "compiled (traced form)")
+    takes = x["mask"].dtype in _native.MASK_KINDS and (dtype == torch.float32 or others == 0 and adv is None)
+    if HAVE_NATIVE:
+        assert backends.NATIVE.accepts(inputs) == takes
+        if takes:
+            assert_slots(backends.NATIVE.run(inputs), want, rtol, "native")
+
+
+@pytest.mark.slow  # one inductor build per input combination: ~5 s each on 2 cores
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("adv, others, dtype", [(2, 15, torch.float32), (1, 15, torch.float32), (2, 15, torch.float64),
+                                                (None, 9, torch.float32), (1, 6, torch.float32)], ids=str)
+def test_compiled_backend_agrees_on_every_slot(adv, others, dtype, monkeypatch):
+    """The compiled backend itself (inductor, polynomial exponentials) gives every slot of the float64 reference."""
+    pytest.importorskip("torch._inductor")
+    monkeypatch.setattr(backends.COMPILED, "broken", False)
+    seed = CASES.index((adv, others, dtype))
+    x = case_inputs(adv, others, dtype, seed)
+    clamp = CLAMP if seed % 2 else None
+    inputs = token_inputs(**x, clip_range=CLIP, kl_clamp=clamp)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a silent fallback to eager would pass otherwise
+        got = backends.COMPILED.run(inputs)
+    assert_slots(got, reference_slots(x, clamp), 2e-5 if dtype == torch.float32 else 1e-10, "compiled")
+
+
+def test_selection_order_and_switches(monkeypatch):
+    """compile=False, small 'auto', GRPO_MONITOR_COMPILE=0: eager; else native if it takes the inputs, then compiled."""
+    monkeypatch.delenv("GRPO_MONITOR_COMPILE", raising=False)
+    monkeypatch.delenv("GRPO_MONITOR_NATIVE", raising=False)
+    monkeypatch.setattr(backends.COMPILED, "broken", False)
+    f32 = token_inputs(torch.ones(4, 8), logprobs=torch.zeros(4, 8))
+    f64 = token_inputs(torch.ones(4, 8), logprobs=torch.zeros(4, 8, dtype=torch.float64))
+    pick = backends.select_backend
+    assert pick(f32, compile=False) is pick(f32, compile="auto") is backends.EAGER  # 32 tokens: below the threshold
+    assert pick(f64, compile=True) is backends.COMPILED
+    if HAVE_NATIVE:
+        assert pick(f32, compile=True) is backends.NATIVE
+    monkeypatch.setenv("GRPO_MONITOR_NATIVE", "0")
+    assert pick(f32, compile=True) is backends.COMPILED
+    monkeypatch.setattr(backends.COMPILED, "broken", True)
+    assert pick(f32, compile=True) is backends.EAGER
+    monkeypatch.setenv("GRPO_MONITOR_COMPILE", "0")
+    assert pick(f64, compile=True) is backends.EAGER
+    assert [b.name for b in backends.BACKENDS] == ["native", "compiled", "eager"]
+
+
+@pytest.fixture
 def native(monkeypatch):
     """The kernel on, its state fresh, and the test failed (not skipped) should it silently fall back."""
     if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
@@ -44,6 +249,7 @@ def native(monkeypatch):
     monkeypatch.delenv("GRPO_MONITOR_NATIVE", raising=False)
     monkeypatch.delenv("GRPO_MONITOR_COMPILE", raising=False)
     monkeypatch.setitem(_native._STATE, "broken", False)
+    monkeypatch.setattr(backends.COMPILED, "broken", False)
     calls = []
     real = _native.token_stats
     monkeypatch.setattr(_native, "token_stats", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -96,7 +302,8 @@ def test_large_and_small_log_ratios(native, scale):
 
 
 PRESENCE = [(), ("advantages",), ("logprobs",), ("ref_logprobs",), ("logprobs", "ref_logprobs"),
-            ("logprobs", "old_logprobs"), ("ref_logprobs", "old_logprobs"), ("logprobs", "ref_logprobs", "old_logprobs"),
+            ("logprobs", "old_logprobs"), ("ref_logprobs", "old_logprobs"),
+            ("logprobs", "ref_logprobs", "old_logprobs"),
             ("advantages", "logprobs", "ref_logprobs", "old_logprobs", "kl"), ("logprobs", "kl"),
             ("logprobs", "ref_logprobs", "kl")]
 
@@ -138,8 +345,8 @@ def test_row_advantages_and_no_advantages(native):
     assert_agrees(run_native(native, **x), stats(**x))
 
 
-@pytest.mark.parametrize("where", ["adv_nan", "adv_inf", "lp_inf", "lp_-inf", "ref_nan", "ref_-inf", "old_inf", "old_-inf",
-                                   "old_nan", "kl_inf", "kl_nan", "u_overflow", "lr_huge"])
+@pytest.mark.parametrize("where", ["adv_nan", "adv_inf", "lp_inf", "lp_-inf", "ref_nan", "ref_-inf", "old_inf",
+                                   "old_-inf", "old_nan", "kl_inf", "kl_nan", "u_overflow", "lr_huge"])
 def test_non_finite_values_on_valid_tokens(native, where):
     """Rows whose sums turn non-finite are recounted exactly: NaN-propagating extrema, the exact non-finite count."""
     x = seed_batch(B=5, T=50, p_valid=1.0, seed=26)
@@ -185,18 +392,19 @@ def test_result_does_not_depend_on_the_thread_count(native):
 
 def test_inputs_it_does_not_take_go_to_the_compiled_path(native, monkeypatch):
     """float64, bfloat16 and non-contiguous inputs: the same statistics through torch.compile / eager."""
-    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))  # no inductor build
+    monkeypatch.setattr(backends.COMPILED, "run", backends.EAGER.run)  # no inductor build
     x = seed_batch(B=8, T=64, seed=29)
     for y in ({**x, "logprobs": x["logprobs"].double()}, {**x, "ref_logprobs": x["ref_logprobs"].bfloat16()},
               {**x, "old_logprobs": x["old_logprobs"].t().contiguous().t()}):
-        assert not _native.accepts(y["mask"], [y.get(k) for k in ("advantages", "logprobs", "ref_logprobs", "old_logprobs")])
+        assert not backends.NATIVE.accepts(token_inputs(**y))
+        assert backends.select_backend(token_inputs(**y), compile=True) is backends.COMPILED
         token_sufficient_stats(**y, compile=True)
     assert native == [], "the kernel was called for inputs it does not take"
 
 
 def test_environment_switches_turn_it_off(native, monkeypatch):
     """GRPO_MONITOR_NATIVE=0, GRPO_MONITOR_COMPILE=0 and compile=False never call the kernel."""
-    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))
+    monkeypatch.setattr(backends.COMPILED, "run", backends.EAGER.run)
     x = seed_batch(B=4, T=32, seed=30)
     for var in ("GRPO_MONITOR_NATIVE", "GRPO_MONITOR_COMPILE"):
         monkeypatch.setenv(var, "0")
@@ -212,7 +420,7 @@ def test_a_failed_build_warns_once_and_falls_back(native, monkeypatch, tmp_path)
     monkeypatch.setenv("GRPO_MONITOR_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setattr(_native, "compiler", lambda: str(tmp_path / "no-such-cc"))
-    monkeypatch.setattr(tk, "_run_compiled", lambda spec, part: tk._token_kernel(spec, *part))
+    monkeypatch.setattr(backends.COMPILED, "run", backends.EAGER.run)
     x = seed_batch(B=4, T=32, seed=31)
     with pytest.warns(RuntimeWarning, match="native token kernel is unavailable"):
         first = token_sufficient_stats(**x, compile=True)
@@ -275,8 +483,8 @@ def op_args(x: dict) -> tuple:
 def test_custom_op_passes_opcheck_and_agrees_with_eager(native):
     """The op a compiled caller's graph holds: schema, fake (the vector's shape and dtype) and results check out."""
     x = seed_batch(B=8, T=100, seed=33)
-    torch.library.opcheck(tk.native_token_stats, op_args(x))
-    assert_agrees(tk.native_token_stats(*op_args(x)), stats(**x))
+    torch.library.opcheck(backends.native_token_stats, op_args(x))
+    assert_agrees(backends.native_token_stats(*op_args(x)), stats(**x))
 
 
 def test_custom_op_computes_eagerly_without_the_library(native, monkeypatch, tmp_path):
@@ -286,7 +494,7 @@ def test_custom_op_computes_eagerly_without_the_library(native, monkeypatch, tmp
     monkeypatch.setattr(_native, "compiler", lambda: str(tmp_path / "no-such-cc"))
     x = seed_batch(B=8, T=100, seed=34)
     with pytest.warns(RuntimeWarning, match="native token kernel is unavailable"):
-        got = tk.native_token_stats(*op_args(x))
+        got = backends.native_token_stats(*op_args(x))
     assert torch.equal(got, stats(**x))
 
 

@@ -1,17 +1,15 @@
-"""The token pass as a small C kernel (AVX2 + FMA, OpenMP) for float32 tensors on CPU.
+"""Build, cache and load the C token kernel (``native_kernel.c``: AVX2 + FMA, OpenMP).
 
-``torch.compile`` lowers the fused token pass into two loops that spill registers around
-both exponentials (about 2.2x the read-once floor at 8M tokens on a 2-core AVX2 machine).
-``_token_native.c`` computes the same statistics, with the same masking and the same
-polynomial exponentials, in passes over cache-resident row segments (about 1.4x; see
-``benchmarks/bench_loss.py``). It is built on first use with the C compiler that
-``torch.compile`` needs anyway, cached on disk per source and compiler, and loaded with
-``ctypes`` into the torch process, where its OpenMP calls run on torch's own thread pool.
+The kernel is built on first use with the C compiler that ``torch.compile`` needs anyway,
+from its source preceded by a header generated from the field table (the slot enum, each
+slot's reduction and the slot order string ``grpo_token_fields``), so the C code names
+slots but never lists them. The library is cached on disk per source, header, compiler
+and flags, and loaded with ``ctypes`` into the torch process, where its OpenMP calls run
+on torch's own thread pool; at load its ``grpo_token_fields`` must equal ``TOKEN_FIELDS``.
 
-Anything short of a working kernel (no AVX2, no compiler, a failed build or load, an input
-it does not take) returns ``None`` and the caller uses the compiled or eager path; a failed
-build or load warns once. ``GRPO_MONITOR_NATIVE=0`` (or ``GRPO_MONITOR_COMPILE=0``)
-turns it off; ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
+Anything short of a working kernel (no compiler, a failed build or load) returns ``None``
+from ``token_stats`` and warns once; the backend selection then passes the kernel over for
+the rest of the process. ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
 
 Loading a shared library runs its code, so the cache is trusted only when it is private
 (``grpo_monitor.private_files``): the folder and the library must be owned by the current
@@ -20,10 +18,6 @@ user and writable by nobody else. The preferred cache is ``$GRPO_MONITOR_CACHE_D
 it is ``<tmp>/grpo_monitor-<uid>``, a name anyone can predict and pre-create. A folder that
 fails the check is never read: the kernel is built in a fresh private folder instead, with
 one warning naming the unsafe path; a library that fails it is rebuilt over.
-
-Inside a caller's ``torch.compile`` the kernel is reached only through the custom op of
-``tokens`` (Dynamo must not trace a ``ctypes`` call), so everything read while tracing
-(``enabled``, ``accepts``) is plain Python on cached values.
 """
 
 from __future__ import annotations
@@ -35,63 +29,80 @@ import shutil
 import subprocess
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
-from ..private_files import UnsafePathError, check_private, private_dir, user_private_dir
+from ...private_files import UnsafePathError, check_private, private_dir, user_private_dir
+from .arguments import TokenInputs
+from .table import TOKEN_FIELDS
 
-SOURCE = Path(__file__).with_name("_token_native.c")
+SOURCE = Path(__file__).with_name("native_kernel.c")
 FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
-_MASK_KINDS = {torch.float32: 0, torch.bool: 1, torch.uint8: 1, torch.int32: 2, torch.int64: 3}
+MASK_KINDS = {torch.float32: 0, torch.bool: 1, torch.uint8: 1, torch.int32: 2, torch.int64: 3}
+_OP_CODES = {"sum": 0, "min": 1, "max": 2}
 _STATE: dict[str, object] = {"lib": None, "broken": False}
 _CPU = torch.backends.cpu.get_cpu_capability()  # read once: not traceable by Dynamo, fixed for the process
 
 
-def enabled() -> bool:
-    """Whether the native path may be tried in this process (env switches, CPU, no earlier failure)."""
-    if _STATE["broken"] or "0" in (os.environ.get("GRPO_MONITOR_NATIVE"), os.environ.get("GRPO_MONITOR_COMPILE")):
-        return False
-    return _CPU in ("AVX2", "AVX512")
+def cpu_supported() -> bool:
+    """Whether this CPU runs the kernel (AVX2) and no build or load has failed in this process."""
+    return _CPU in ("AVX2", "AVX512") and not _STATE["broken"]
 
 
-def accepts(mask: torch.Tensor, tensors: Sequence[torch.Tensor | None]) -> bool:
-    """Whether the kernel takes these inputs: CPU, contiguous, float32 values, a known mask dtype."""
-    if mask.device.type != "cpu" or mask.dtype not in _MASK_KINDS or not mask.is_contiguous():
-        return False
-    present = [t for t in tensors if t is not None]
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in present)
+def loaded() -> bool:
+    """Whether the library is (now) loaded: builds it on first call, ``False`` (warned once) if that fails."""
+    return _library() is not None
 
 
-def token_stats(mask: torch.Tensor, adv, lp, ref, old, kl, clip_log: tuple[float, float],
-                clamp: tuple[float, float] | None, fields: Sequence[str]) -> torch.Tensor | None:
-    """The float64 statistics vector laid out by ``fields`` (``TOKEN_FIELDS``), or ``None``."""
-    lib = _library(fields)
+def token_stats(x: TokenInputs) -> torch.Tensor | None:
+    """The float64 statistics vector of ``x`` laid out by ``TOKEN_FIELDS``, or ``None`` without a library.
+
+    ``x`` must be what the native backend accepts: contiguous CPU float32 values, a mask of a ``MASK_KINDS`` dtype.
+    """
+    lib = _library()
     if lib is None:
         return None
-    B, T = mask.shape
+    B, T = x.mask.shape
     threads = max(1, min(torch.get_num_threads(), B))
-    scratch = torch.empty(threads, len(fields), dtype=torch.float64)
-    out = torch.empty(len(fields), dtype=torch.float64)
+    scratch = torch.empty(threads, len(TOKEN_FIELDS), dtype=torch.float64)
+    out = torch.empty(len(TOKEN_FIELDS), dtype=torch.float64)
     ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    lo, hi = clamp if clamp is not None else (0.0, 0.0)
-    lib.grpo_token_stats(B, T, mask.data_ptr(), _MASK_KINDS[mask.dtype], ptr(adv), 0 if adv is None else adv.dim(),
-                         ptr(lp), ptr(ref), ptr(old), ptr(kl), clip_log[0], clip_log[1], int(clamp is not None),
-                         lo, hi, threads, scratch.data_ptr(), out.data_ptr())
+    adv = x.advantages
+    lo, hi = x.clamp if x.clamp is not None else (0.0, 0.0)
+    lib.grpo_token_stats(B, T, x.mask.data_ptr(), MASK_KINDS[x.mask.dtype], ptr(adv), 0 if adv is None else adv.dim(),
+                         ptr(x.logprobs), ptr(x.ref_logprobs), ptr(x.old_logprobs), ptr(x.kl), x.clip_log[0],
+                         x.clip_log[1], int(x.clamp is not None), lo, hi, threads, scratch.data_ptr(), out.data_ptr())
     return out
 
 
-def _library(fields: Sequence[str]):
+def _library():
     """The loaded kernel, built on first use; ``None`` (warned once) when that fails."""
     if _STATE["lib"] is None and not _STATE["broken"]:
         try:
-            _STATE["lib"] = _load(_build(), fields)
+            _STATE["lib"] = _load(_build(), [name for name, _ in TOKEN_FIELDS])
         except Exception as exc:  # noqa: BLE001 - any failure: fall back, keep training
             _STATE["broken"] = True
             warnings.warn(f"grpo-monitor: the native token kernel is unavailable ({type(exc).__name__}: "
-                          f"{str(exc)[:300]}); using the torch.compile / eager path", RuntimeWarning, stacklevel=4)
+                          f"{str(exc)[:300]}); using the torch.compile / eager path", RuntimeWarning, stacklevel=5)
     return _STATE["lib"]
+
+
+def generated_header(fields: Sequence[tuple[str, str]] = TOKEN_FIELDS) -> str:
+    """The C declarations the field table implies: ``S_<name>`` slot enum, ``NFIELDS``, ``field_op`` and
+    the exported slot order ``grpo_token_fields`` (checked against ``TOKEN_FIELDS`` at load)."""
+    names = [name for name, _ in fields]
+    return ("/* generated from TOKEN_FIELDS by grpo_monitor/stats/tokens/native_build.py */\n"
+            f"enum {{ {', '.join(f'S_{n}' for n in names)}, NFIELDS }};\n"
+            "enum { OP_SUM = 0, OP_MIN = 1, OP_MAX = 2 };\n"
+            f"static const int field_op[NFIELDS] = {{{', '.join(str(_OP_CODES[op]) for _, op in fields)}}};\n"
+            f'const char grpo_token_fields[] = "{",".join(names)}";\n#line 1 "native_kernel.c"\n')
+
+
+def source_text() -> str:
+    """What is compiled: the generated header, then ``native_kernel.c``."""
+    return generated_header() + SOURCE.read_text()
 
 
 def compiler() -> str:
@@ -112,8 +123,8 @@ def cache_dir() -> Path:
 
 
 def library_name() -> str:
-    """File name of the library for this source, compiler and flags (its cache key)."""
-    key = SOURCE.read_bytes() + compiler().encode() + " ".join(FLAGS).encode()
+    """File name of the library for this source (header included), compiler and flags: its cache key."""
+    key = source_text().encode() + compiler().encode() + " ".join(FLAGS).encode()
     return f"token_native-{hashlib.sha256(key).hexdigest()[:16]}.so"
 
 
@@ -134,8 +145,8 @@ def _build() -> Path:
             problems.append(str(exc))
             cached = False
     if problems:
-        warnings.warn(f"grpo-monitor: not loading the native token kernel from an unsafe cache ({'; '.join(problems)}); "
-                      f"building it in {folder} instead", RuntimeWarning, stacklevel=5)
+        warnings.warn(f"grpo-monitor: not loading the native token kernel from an unsafe cache "
+                      f"({'; '.join(problems)}); building it in {folder} instead", RuntimeWarning, stacklevel=5)
     return target if cached else _compile_into(target)
 
 
@@ -145,7 +156,8 @@ def _compile_into(target: Path) -> Path:
     os.close(fd)
     try:
         cc = compiler()
-        res = subprocess.run([cc, *FLAGS, "-o", tmp, str(SOURCE)], capture_output=True, text=True, timeout=120)
+        res = subprocess.run([cc, *FLAGS, "-o", tmp, "-x", "c", "-"], input=source_text(), capture_output=True,
+                             text=True, timeout=120)
         if res.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {res.stderr.strip()[-500:]}")
         os.chmod(tmp, 0o700)  # the linker may recreate the file with the umask's group bits

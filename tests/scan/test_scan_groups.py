@@ -25,7 +25,7 @@ def as_groups(g) -> dict:
         members = [sorted(row) for row in r.tolist()]
     else:
         members = [sorted(r[g.group_ids == k].tolist()) for k in range(g.num_groups)]
-    return {t: m for t, m in zip(g.texts, members)}
+    return {t: m for t, m in zip(g.texts, members, strict=True)}
 
 
 @pytest.mark.parametrize("sizes", [[4, 4, 4], [4, 3, 5]], ids=["equal-dense", "unequal-flat"])
@@ -34,7 +34,7 @@ def test_shuffled_rows_regroup_like_a_dictionary(sizes):
     rng = random.Random(1)
     rows = [(f"q{k}", float(rng.random() < 0.5)) for k, n in enumerate(sizes) for _ in range(n)]
     rng.shuffle(rows)
-    keys, rewards = map(list, zip(*rows))
+    keys, rewards = map(list, zip(*rows, strict=True))
     g = build_groups(rows_of(keys, rewards), None)
     expected: dict = {}
     for k, r in rows:

@@ -1,6 +1,6 @@
-/* The fused token pass for float32 CPU tensors, in AVX2 + FMA (loaded by _native.py).
+/* The fused token pass for float32 CPU tensors, in AVX2 + FMA (built and loaded by native_build.py).
  *
- * It computes what _token_kernel.row_partials computes on its compiled path: the same
+ * It computes what torch_rows.row_partials computes on its compiled path: the same
  * masking, the same polynomial exponentials, float32 accumulation within a row and rows
  * merged in double. The work is organised for 16 vector registers:
  *
@@ -23,19 +23,10 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Slot order of the output vector: must equal TOKEN_FIELDS (checked when loaded). */
-const char grpo_token_fields[] =
-    "valid_tokens,rows_with_tokens,mask_nonbinary,adv_tokens,adv_sum,adv_abs_sum,adv_row_spread_max,"
-    "adv_live_tokens,logprob_tokens,logprob_nonfinite,kl_tokens,kl_u_sum,kl_u_sq_sum,kl_u_quad_sum,"
-    "kl_u_pos,kl_u_max,kl_u_min,kl_k3_sum,kl_k3_sq_sum,user_kl_tokens,user_kl_sum,user_kl_sq_sum,"
-    "user_k3_tokens,user_k3_absdiff_max,user_clamp_tokens,user_clamp_hits,ratio_tokens,ratio_m1_sum,"
-    "ratio_clipped,on_policy_absdiff_max";
-
-enum {
-    VALID, ROWS, NONBIN, ADV_TOK, ADV_SUM, ADV_ABS, ADV_SPREAD, ADV_LIVE, LP_TOK, LP_NONFIN,
-    KL_TOK, U_SUM, U_SQ, U_QUAD, U_POS, U_MAX, U_MIN, K3_SUM, K3_SQ, USER_TOK, USER_SUM, USER_SQ,
-    USER_K3_TOK, USER_K3_DIFF, CLAMP_TOK, CLAMP_HITS, RATIO_TOK, RATIO_M1, RATIO_CLIP, ONPOL, NFIELDS
-};
+/* The slots come from a header generated from TOKEN_FIELDS and compiled in front of this
+ * file (native_build.generated_header): an enum S_<name> per slot, NFIELDS, field_op[] (each
+ * slot's reduction) and the exported order string grpo_token_fields, checked at load. This
+ * file writes slots by name in finish_row, its row function, and never lists them. */
 
 enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
 
@@ -67,7 +58,7 @@ static inline __m256i tally(__m256i acc, __m256 flags) { return _mm256_sub_epi32
 static inline __m256 masked(__m256 valid, const float *p, int64_t j) { return _mm256_and_ps(valid, _mm256_loadu_ps(p + j)); }
 static inline __m256 valid_at(const Seg *S, int64_t j) { return _mm256_cmp_ps(_mm256_loadu_ps(S->m + j), ZERO, _CMP_GT_OQ); }
 
-/* exp(x) - 1 - x on [LOW, HIGH], the scheme of _token_kernel: x = n ln2 + r, exp(r) = 1 + r + q. */
+/* exp(x) - 1 - x on [LOW, HIGH], the scheme of fast_exp.py: x = n ln2 + r, exp(r) = 1 + r + q. */
 #define LOW -104.0f
 #define HIGH 89.0f
 static inline __m256 k3_core(__m256 x) {
@@ -109,13 +100,13 @@ static inline __m256 clamp_arg(__m256 x) {
     return _mm256_min_ps(_mm256_set1_ps(HIGH), _mm256_max_ps(_mm256_set1_ps(LOW), x));
 }
 
-/* exp(x) - 1 - x for any x (_token_kernel.k3_fast): exact -1 - x below LOW, +inf at +-inf. */
+/* exp(x) - 1 - x for any x (fast_exp.k3_fast): exact -1 - x below LOW, +inf at +-inf. */
 static inline __m256 k3_fast(__m256 x) {
     __m256 below = _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(x, _mm256_set1_ps(LOW)));
     return _mm256_add_ps(k3_core(clamp_arg(x)), below);
 }
 
-/* exp(x) - 1 for any x (_token_kernel.expm1_fast): -1 at -inf, +inf at +inf. */
+/* exp(x) - 1 for any x (fast_exp.expm1_fast): -1 at -inf, +inf at +inf. */
 static inline __m256 expm1_fast(__m256 x) {
     __m256 xc = clamp_arg(x);
     return _mm256_add_ps(k3_core(xc), xc);
@@ -318,34 +309,34 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
                     hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq)};
     Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max), 0};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
-    for (int k = 0; k < 10; k++) finite &= isfinite(sums[k]);
+    for (size_t k = 0; k < sizeof sums / sizeof sums[0]; k++) finite &= isfinite(sums[k]);
     if (!finite) x = exact_row(in, row);
     else if (!has_u && !has_lr) x.nonfin = (float)hcount(a->nonfin);
-    o[VALID] += cnt; o[ROWS] += has; o[NONBIN] += hcount(a->nonbin);
+    o[S_valid_tokens] += cnt; o[S_rows_with_tokens] += has; o[S_mask_nonbinary] += hcount(a->nonbin);
     if (in->adv_ndim) {
         float hi = x.adv_hi, lo = x.adv_lo, sum = sums[0], abs_sum = sums[1];
         if (in->adv_ndim == 1) {
             float v = has ? in->adv[row] : 0.0f;
             hi = lo = v; sum = cnt * v; abs_sum = cnt * fabsf(v);
         }
-        o[ADV_TOK] += cnt; o[ADV_SUM] += sum; o[ADV_ABS] += abs_sum;
-        put_max(&o[ADV_SPREAD], has ? hi - lo : -INFINITY);
-        o[ADV_LIVE] += (hi > 0 || lo < 0) ? cnt : 0.0f;
+        o[S_adv_tokens] += cnt; o[S_adv_sum] += sum; o[S_adv_abs_sum] += abs_sum;
+        put_max(&o[S_adv_row_spread_max], has ? hi - lo : -INFINITY);
+        o[S_adv_live_tokens] += (hi > 0 || lo < 0) ? cnt : 0.0f;
     }
-    if (in->lp || in->ref || in->old) { o[LP_TOK] += cnt; o[LP_NONFIN] += x.nonfin; }
+    if (in->lp || in->ref || in->old) { o[S_logprob_tokens] += cnt; o[S_logprob_nonfinite] += x.nonfin; }
     if (has_u) {
-        o[KL_TOK] += cnt; o[U_SUM] += sums[2]; o[U_SQ] += sums[3]; o[U_QUAD] += sums[4];
-        o[U_POS] += hcount(a->u_pos); o[K3_SUM] += sums[5]; o[K3_SQ] += sums[6];
-        put_max(&o[U_MAX], x.u_max); put_min(&o[U_MIN], x.u_min);
+        o[S_kl_tokens] += cnt; o[S_kl_u_sum] += sums[2]; o[S_kl_u_sq_sum] += sums[3]; o[S_kl_u_quad_sum] += sums[4];
+        o[S_kl_u_pos] += hcount(a->u_pos); o[S_kl_k3_sum] += sums[5]; o[S_kl_k3_sq_sum] += sums[6];
+        put_max(&o[S_kl_u_max], x.u_max); put_min(&o[S_kl_u_min], x.u_min);
     }
     if (has_lr) {
-        o[RATIO_TOK] += cnt; o[RATIO_M1] += sums[7]; o[RATIO_CLIP] += hcount(a->clip);
-        if (has) put_max(&o[ONPOL], x.lr_max);
+        o[S_ratio_tokens] += cnt; o[S_ratio_m1_sum] += sums[7]; o[S_ratio_clipped] += hcount(a->clip);
+        if (has) put_max(&o[S_on_policy_absdiff_max], x.lr_max);
     }
     if (in->kl) {
-        o[USER_TOK] += cnt; o[USER_SUM] += sums[8]; o[USER_SQ] += sums[9];
-        if (has_u) { o[USER_K3_TOK] += cnt; if (has) put_max(&o[USER_K3_DIFF], x.diff_max); }
-        if (in->has_clamp) { o[CLAMP_TOK] += cnt; o[CLAMP_HITS] += hcount(a->hits); }
+        o[S_user_kl_tokens] += cnt; o[S_user_kl_sum] += sums[8]; o[S_user_kl_sq_sum] += sums[9];
+        if (has_u) { o[S_user_k3_tokens] += cnt; if (has) put_max(&o[S_user_k3_absdiff_max], x.diff_max); }
+        if (in->has_clamp) { o[S_user_clamp_tokens] += cnt; o[S_user_clamp_hits] += hcount(a->hits); }
     }
 }
 
@@ -382,16 +373,14 @@ static inline const float *at(const float *p, int64_t off) { return p ? p + off 
 
 static void merge(double *o, const double *x) {
     for (int k = 0; k < NFIELDS; k++) {
-        if (k == ADV_SPREAD || k == U_MAX || k == USER_K3_DIFF || k == ONPOL) put_max(&o[k], x[k]);
-        else if (k == U_MIN) put_min(&o[k], x[k]);
+        if (field_op[k] == OP_MAX) put_max(&o[k], x[k]);
+        else if (field_op[k] == OP_MIN) put_min(&o[k], x[k]);
         else o[k] += x[k];
     }
 }
 
 static void empty(double *o) {
-    for (int k = 0; k < NFIELDS; k++) o[k] = 0.0;
-    o[ADV_SPREAD] = o[U_MAX] = o[USER_K3_DIFF] = o[ONPOL] = -INFINITY;
-    o[U_MIN] = INFINITY;
+    for (int k = 0; k < NFIELDS; k++) o[k] = field_op[k] == OP_MAX ? -INFINITY : field_op[k] == OP_MIN ? INFINITY : 0.0;
 }
 
 static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {

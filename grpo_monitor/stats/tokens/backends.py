@@ -1,0 +1,252 @@
+"""Three backends for the token pass behind one protocol, and the one function that picks one.
+
+==========  ===================================================  ===========================
+backend     what it is                                            takes
+==========  ===================================================  ===========================
+native      the C kernel (``native_kernel.c``, AVX2 + OpenMP)     contiguous CPU float32 values
+compiled    ``torch_rows`` under ``torch.compile`` (polynomial    anything, until a compile
+            exponentials, one vectorised loop)                    fails in this process
+eager       ``torch_rows`` op by op, in row blocks                anything
+==========  ===================================================  ===========================
+
+``select_backend`` is the only place that chooses: ``compile=False``, ``compile="auto"``
+below ``AUTO_COMPILE_MIN_TOKENS`` token slots, or ``GRPO_MONITOR_COMPILE=0`` give eager;
+otherwise the first of native (skipped with ``GRPO_MONITOR_NATIVE=0``) and compiled that
+accepts the inputs, else eager. Every backend returns the same float64 vector laid out by
+the field table, and every one runs inside a caller's ``torch.compile`` (see ``run``).
+
+Whether the C kernel keeps its place, in figures (``benchmarks/bench_loss.py --sizes 1M,8M
+--reps 15``; 2-core AVX-512 CPU, torch 2.13, float32, five inputs; median ms per call):
+
+============  ======  ========  =====  ===============
+tokens        native  compiled  eager  read-once floor
+============  ======  ========  =====  ===============
+1M            0.55    1.82      32     0.40
+8M            9.1     15.6      258    6.1
+8M, |u|~1     10.9    16.3      -      5.4
+8M, 1 thread  18.1    33.4      -      12.0
+============  ======  ========  =====  ===============
+
+First call in a process: native 0.4 s (building the library; 0.01 s once cached), compiled
+3-7 s with a warm inductor cache and 20 s cold, per combination of inputs. It keeps its
+place: 1.7-3.3x faster than the compiled pass at steady state (1.4-1.5x the floor against 2.6-4.6x),
+and a start in well under a second where inductor takes seconds, which is what short CPU
+processes (CI, tests, notebooks) notice. The savings are milliseconds per micro-batch,
+small next to any CPU training step, so no statistic should wait for its C version; if
+the C row function's upkeep grows, demoting it is one line here (skip ``NATIVE`` unless
+``GRPO_MONITOR_NATIVE=1``). On CUDA the compiled pass is the path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+
+from . import native_build
+from .arguments import TokenInputs
+from .table import FIELDS, TOKEN_LAYOUT
+from .torch_rows import token_vector
+
+#: ``compile="auto"`` compiles only micro-batches with at least this many token slots
+#: (smaller ones take milliseconds eagerly; a compile takes seconds once per process).
+AUTO_COMPILE_MIN_TOKENS = 1 << 18
+#: ``torch.compile`` options of the pass: keep every intermediate in registers (the default
+#: thresholds write the reduced argument r to memory, a full extra pass) and let the C++
+#: compiler fuse multiply-adds (the polynomial and the sums of squares; only more exact).
+COMPILE_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {
+    "realize_opcount_threshold": 1 << 20, "realize_reads_threshold": 1 << 20, "realize_acc_reads_threshold": 1 << 20,
+    "cpp.enable_floating_point_contract_flag": "fast",
+}
+
+
+class Backend(Protocol):
+    """One way to compute the token statistics vector."""
+
+    name: str
+
+    def accepts(self, x: TokenInputs) -> bool:
+        """Whether this backend can compute ``x`` now (device, dtypes, layout, no earlier failure)."""
+        ...
+
+    def run(self, x: TokenInputs) -> torch.Tensor:
+        """The float64 vector laid out by ``TOKEN_FIELDS``; also while Dynamo traces a caller."""
+        ...
+
+
+def is_compiling() -> bool:
+    """Whether Dynamo is tracing this call (torch < 2.3 lacks ``torch.compiler.is_compiling``)."""
+    if hasattr(torch.compiler, "is_compiling"):
+        return torch.compiler.is_compiling()
+    dynamo = sys.modules.get("torch._dynamo")  # never imported: nothing can be compiling
+    return dynamo is not None and dynamo.is_compiling()
+
+
+def by_row_blocks(x: TokenInputs, elements: int, fn: Callable[[TokenInputs], torch.Tensor]) -> torch.Tensor:
+    """``fn`` over blocks of about ``elements`` token slots (bounded temporaries), blocks merged."""
+    B, T = x.mask.shape
+    if B * T == 0:
+        return TOKEN_LAYOUT.empty(x.mask.device)  # no tokens: every slot at its identity
+    rows = max(1, elements // T)
+    out = fn(x.row_block(0, rows))
+    for start in range(rows, B, rows):
+        out = TOKEN_LAYOUT.combine(out, fn(x.row_block(start, start + rows)))
+    return out
+
+
+class EagerBackend:
+    """``torch_rows`` op by op, 2^15 token slots at a time; inside a caller's compile, inlined into its graph."""
+
+    name = "eager"
+    block = 1 << 15
+
+    def accepts(self, x: TokenInputs) -> bool:
+        return True
+
+    def run(self, x: TokenInputs) -> torch.Tensor:
+        return token_vector(x) if is_compiling() else by_row_blocks(x, self.block, token_vector)
+
+
+class CompiledBackend:
+    """``torch_rows`` with polynomial exponentials, ``torch.compile``-d once per input combination.
+
+    Dynamic shapes: a new (B, T) does not recompile. The variants share one code object,
+    hence Dynamo's recompile limit (8): beyond it Dynamo runs it eagerly. Any compile
+    failure warns once and sends the rest of the process to eager. Inside a caller's
+    compile the pass is traced inline and compiled with the caller's graph (a nested
+    ``torch.compile`` would be a graph break at best).
+    """
+
+    name = "compiled"
+    block = 1 << 22  # token slots per compiled call: bounds memory should a backend materialise
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.kernels: dict[tuple, Callable] = {}
+
+    def accepts(self, x: TokenInputs) -> bool:
+        return not self.broken
+
+    def run(self, x: TokenInputs) -> torch.Tensor:
+        if is_compiling():
+            return token_vector(x, fast=True)
+        try:
+            kernel = self._kernel(x)
+            with torch._dynamo.config.patch(specialize_float=True):  # constants as literals, not scalar tensor inputs
+                return by_row_blocks(x, self.block, lambda blk: kernel(blk.mask, *blk.values))
+        except Exception as exc:  # noqa: BLE001 - whatever the backend raises, stay correct
+            self.broken = True
+            warnings.warn(f"grpo-monitor: torch.compile of the token statistics failed ({type(exc).__name__}: "
+                          f"{str(exc)[:200]}); using the eager path for the rest of the process", RuntimeWarning,
+                          stacklevel=4)
+            return EAGER.run(x)
+
+    def _kernel(self, x: TokenInputs) -> Callable:
+        """The compiled pass for this combination of present inputs and constants, compiled on first use."""
+        key = (tuple(None if t is None else t.dim() for t in x.values), x.clip_log, x.clamp)
+        if key not in self.kernels:
+            clip_log, clamp = x.clip_log, x.clamp
+
+            def kernel(mask, adv, lp, ref, old, kl):
+                return token_vector(TokenInputs(mask, adv, lp, ref, old, kl, clip_log, clamp), fast=True)
+
+            self.kernels[key] = torch.compile(kernel, dynamic=True, options=COMPILE_OPTIONS)
+        return self.kernels[key]
+
+
+class NativeBackend:
+    """The C kernel: CPU float32, one pass over cache-resident row segments (see ``native_kernel.c``).
+
+    Outside a compile it is called through ``ctypes``; ``accepts`` builds and loads it on
+    first use (a failure warns once and the kernel is passed over from then on). While
+    Dynamo traces a caller it enters the graph as the custom op
+    ``grpo_monitor::native_token_stats``, opaque to Dynamo: Dynamo must never trace into the
+    ``ctypes`` call (it did: the process aborted with a corrupted heap). Not
+    ``torch.compiler.disable``: under ``fullgraph=True`` Dynamo refuses to call a disabled
+    function (torch 2.13: "Skip inlining ``torch.compiler.disable()``d function"), while an op
+    is a node of the one graph either way. Everything read while tracing is plain Python on
+    cached values.
+    """
+
+    name = "native"
+
+    def accepts(self, x: TokenInputs) -> bool:
+        if not native_build.cpu_supported() or not _native_layout(x):
+            return False
+        return native_token_stats is not None if is_compiling() else native_build.loaded()
+
+    def run(self, x: TokenInputs) -> torch.Tensor:
+        if is_compiling() and native_token_stats is not None:
+            clamp = x.clamp if x.clamp is not None else (0.0, 0.0)
+            return native_token_stats(x.mask, *x.values, x.clip_log[0], x.clip_log[1], x.clamp is not None, *clamp)
+        vec = native_build.token_stats(x)
+        return vec if vec is not None else EAGER.run(x)
+
+
+def _native_layout(x: TokenInputs) -> bool:
+    """CPU, contiguous, float32 values and a mask dtype the kernel reads."""
+    m = x.mask
+    if m.device.type != "cpu" or m.dtype not in native_build.MASK_KINDS or not m.is_contiguous():
+        return False
+    present = [t for t in x.values if t is not None]
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in present)
+
+
+def _native_op(mask: torch.Tensor, adv: torch.Tensor | None, lp: torch.Tensor | None, ref: torch.Tensor | None,
+               old: torch.Tensor | None, kl: torch.Tensor | None, clip_lo: float, clip_hi: float, has_clamp: bool,
+               clamp_lo: float, clamp_hi: float) -> torch.Tensor:
+    """The C kernel as an operator; the eager backend should the library be unavailable (an op must return).
+
+    Called only from compiled graphs: a custom op's first call costs about a second of
+    dispatcher set-up, which eager callers skip by calling ``native_build.token_stats`` directly.
+    """
+    x = TokenInputs(mask, adv, lp, ref, old, kl, (clip_lo, clip_hi), (clamp_lo, clamp_hi) if has_clamp else None)
+    vec = native_build.token_stats(x)
+    return vec if vec is not None else EAGER.run(x)
+
+
+def _native_op_fake(mask, adv, lp, ref, old, kl, clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi) -> torch.Tensor:
+    """What the op returns, for tracing: an empty float64 vector, one slot per field."""
+    return mask.new_empty(len(FIELDS), dtype=torch.float64)
+
+
+def _register_native_op():
+    """``grpo_monitor::native_token_stats``; ``None`` before torch 2.4 (compiled callers then trace torch_rows)."""
+    if not hasattr(torch.library, "custom_op"):
+        return None
+    op = torch.library.custom_op("grpo_monitor::native_token_stats", mutates_args=(), device_types="cpu")(_native_op)
+    op.register_fake(_native_op_fake)
+    return op
+
+
+native_token_stats = _register_native_op()
+EAGER, COMPILED, NATIVE = EagerBackend(), CompiledBackend(), NativeBackend()
+#: Every backend, in the order ``select_backend`` tries them.
+BACKENDS: tuple[Backend, ...] = (NATIVE, COMPILED, EAGER)
+
+
+def wants_compile(compile: bool | str, numel: int) -> bool:
+    """Whether ``compile=`` and ``GRPO_MONITOR_COMPILE`` allow a compiled backend (native or torch.compile) here."""
+    wanted = compile is True or (compile == "auto" and numel >= AUTO_COMPILE_MIN_TOKENS)
+    return wanted and os.environ.get("GRPO_MONITOR_COMPILE", "1") != "0"
+
+
+def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
+    """The backend for ``x``: eager unless compiling is wanted, else native, compiled, eager, the first that accepts.
+
+    >>> from grpo_monitor.stats.tokens.arguments import token_inputs
+    >>> select_backend(token_inputs(torch.ones(2, 3)), compile=False).name
+    'eager'
+    """
+    if not wants_compile(compile, x.mask.numel()):
+        return EAGER
+    for backend in BACKENDS:
+        if backend is NATIVE and os.environ.get("GRPO_MONITOR_NATIVE") == "0":
+            continue
+        if backend.accepts(x):
+            return backend
+    return EAGER
