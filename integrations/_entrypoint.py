@@ -243,6 +243,33 @@ class Attachment:
             self.monitor.close()
 
 
+class Slot:
+    """An integration module's one attachment: ``attach`` claims it, ``detach`` restores and closes."""
+
+    def __init__(self, framework: str):
+        self.framework = framework
+        self.current: Attachment | None = None
+
+    def check_free(self) -> None:
+        """Raise ``RuntimeError`` when the integration is already attached."""
+        if self.current is not None:
+            raise RuntimeError(f"grpo_monitor.integrations.{self.framework} is already attached; call detach() first")
+
+    def claim(self, state: Attachment) -> Attachment:
+        self.check_free()
+        self.current = state
+        return state
+
+    def release(self) -> None:
+        """Restore what the attachment replaced and close a monitor it built (no-op when not attached)."""
+        if self.current is not None:
+            state, self.current = self.current, None
+            state.close()
+
+    def monitor(self) -> GRPOMonitor | None:
+        return self.current.monitor if self.current is not None else None
+
+
 def subclasses_defining(base: type, name: str) -> list[type]:
     """``base`` and every loaded subclass of it whose own ``__dict__`` defines ``name``."""
     out, todo = [], [base]

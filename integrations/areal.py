@@ -40,7 +40,7 @@ import torch
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.distributed import rank_and_world
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, subclasses_defining
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, subclasses_defining
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -48,7 +48,7 @@ MODULE = "areal.trainer.ppo.actor"
 METHOD = "_compute_advantages"
 _ROWS_PER_RANK = 1 << 40  # group ids of rank k start at k << 40
 
-_current: Attachment | None = None
+_SLOT = Slot("areal")
 
 
 def _norm(cfg: Any) -> tuple | None:
@@ -106,30 +106,24 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     (:func:`declared_estimator`; fields set in ``config`` win; ``rollout_scope="local"``).
     With ``step_per_call`` every call is one monitor step. Raises ``RuntimeError`` when attached.
     """
-    global _current
-    if _current is not None:
-        raise RuntimeError("grpo_monitor.integrations.areal is already attached; call detach() first")
+    _SLOT.check_free()
     actor = importlib.import_module(MODULE).PPOActor
     state = Attachment("areal", monitor, config, sinks, step_per_call)
     targets = subclasses_defining(actor, METHOD)
     targets += [c for c in classes if c not in targets]
     for cls in targets:
         state.patch(cls, METHOD, _capture, _observer(state))
-    _current = state
-    return state
+    return _SLOT.claim(state)
 
 
 def detach() -> None:
     """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    global _current
-    if _current is not None:
-        state, _current = _current, None
-        state.close()
+    _SLOT.release()
 
 
 def attached() -> GRPOMonitor | None:
     """The monitor AReaL's advantages report to (None before the first call builds it, or when detached)."""
-    return _current.monitor if _current is not None else None
+    return _SLOT.monitor()
 
 
 # ------------------------------------------------------------------ the call

@@ -43,7 +43,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, subclasses_defining
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, subclasses_defining
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -65,7 +65,7 @@ GPU_MODULES: dict[str, dict[str, Any]] = {
     "vllm": {"SamplingParams": None}, "vllm.inputs": {"TokensPrompt": None}, "vllm.utils": {"random_uuid": None},
 }
 
-_current: Attachment | None = None
+_SLOT = Slot("openrlhf")
 
 
 def stub_gpu_modules() -> list[str]:
@@ -129,30 +129,24 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     monitor step. ``classes`` adds maker classes loaded later than the ones found now.
     Raises ``RuntimeError`` when already attached.
     """
-    global _current
-    if _current is not None:
-        raise RuntimeError("grpo_monitor.integrations.openrlhf is already attached; call detach() first")
+    _SLOT.check_free()
     maker = import_experience_maker().RemoteExperienceMaker
     state = Attachment("openrlhf", monitor, config, sinks, step_per_call)
     targets = subclasses_defining(maker, METHOD)
     targets += [c for c in classes if c not in targets]
     for cls in targets:
         state.patch(cls, METHOD, _capture, _observer(state))
-    _current = state
-    return state
+    return _SLOT.claim(state)
 
 
 def detach() -> None:
     """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    global _current
-    if _current is not None:
-        state, _current = _current, None
-        state.close()
+    _SLOT.release()
 
 
 def attached() -> GRPOMonitor | None:
     """The monitor OpenRLHF's advantages report to (None before the first call builds it, or when detached)."""
-    return _current.monitor if _current is not None else None
+    return _SLOT.monitor()
 
 
 def import_experience_maker() -> types.ModuleType:

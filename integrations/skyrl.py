@@ -40,7 +40,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, module_references
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -52,7 +52,7 @@ ESTIMATORS: dict[str, str] = {"rloo": "leave_one_out", "maxrl": "skyrl.maxrl"}
 DEFAULT_EPSILON = 1e-6  # compute_grpo_outcome_advantage / compute_maxrl_advantage
 _PAD_UID = re.compile(r"pad\d+")
 
-_current: Attachment | None = None
+_SLOT = Slot("skyrl")
 
 
 def allow_python311() -> bool:
@@ -97,9 +97,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     set in ``config`` win). With ``step_per_call`` every call is one monitor step.
     Raises ``ImportError`` when no SkyRL package imports, ``RuntimeError`` when attached.
     """
-    global _current
-    if _current is not None:
-        raise RuntimeError("grpo_monitor.integrations.skyrl is already attached; call detach() first")
+    _SLOT.check_free()
     modules = import_ppo_utils()
     state = Attachment("skyrl", monitor, config, sinks, step_per_call)
     for module in modules:
@@ -107,21 +105,17 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
         capture = _capturer(inspect.signature(original))
         for owner, attr in module_references(("skyrl_train", "skyrl"), original):
             state.patch(owner, attr, capture, _observer(state))
-    _current = state
-    return state
+    return _SLOT.claim(state)
 
 
 def detach() -> None:
     """Restore every reference :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    global _current
-    if _current is not None:
-        state, _current = _current, None
-        state.close()
+    _SLOT.release()
 
 
 def attached() -> GRPOMonitor | None:
     """The monitor SkyRL's advantages report to (None before the first call builds it, or when detached)."""
-    return _current.monitor if _current is not None else None
+    return _SLOT.monitor()
 
 
 def import_ppo_utils() -> list[Any]:
