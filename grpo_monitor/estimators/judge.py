@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..conventions import ConventionFit, ConventionTracker
 from . import families
 from .base import Estimator
+from .classic_lock import ConventionFit, ConventionTracker
 from .registry import ESTIMATORS, get
 from .replay import fit as replay_fit
 

@@ -1,11 +1,14 @@
-"""Which std convention the data follow, step after step (host side, tiny state)."""
+"""The classic conventions' lock: which of population, bessel, none, leave_one_out, batch the data follow (host side).
+
+Used by :mod:`grpo_monitor.estimators.judge` for the estimators the device-side affine fit decides.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 
-from .config import MonitorConfig
-from .stats.conventions import CONVENTIONS
+from ..config import MonitorConfig
+from ..stats.conventions import CONVENTIONS
 
 _PINNED = ("none", "leave_one_out")  # conventions with no free stabilizer
 
