@@ -17,7 +17,6 @@ the matched entry's own output breaks on a batch, and float32 rounding, are warn
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib
 import importlib.util
 import os
@@ -28,10 +27,12 @@ import numpy as np
 import torch
 
 from . import audit_probes as probes
+from . import audit_registry as registry
 from . import theory
+from .audit_causes import CAUSES, apply_causes, expectation_cause, structural_causes
 from .audit_probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
 from .config import Tolerances
-from .estimators import Estimator, get
+from .estimators import get
 from .strict_json import json_safe
 
 #: Notes on NaN handling that are not violations.
@@ -39,32 +40,6 @@ NAN_NOTES = {
     "propagates": "NaN rewards propagate to NaN advantages: score or mask unscorable responses before calling it",
     "raises": "the function raises on NaN rewards: score or mask unscorable responses before calling it",
     "group_dropped": "a group holding a NaN reward gets advantage 0 everywhere: its scorable responses are wasted",
-}
-#: Likely causes, each given away by a combination of symptoms (see :func:`structural_causes`).
-CAUSES = {
-    "wrong_axis": "statistics over the wrong axis: mean/std across prompts (dim 0) instead of within each group "
-    "(dim 1): advantages are neither equivariant within a group nor independent of the other groups",
-    "misaligned": "advantages misaligned with their rewards (rolled, shuffled or gathered within the group): they "
-    "do not follow their responses when the responses are permuted",
-    "batch_baseline": "a baseline over the whole batch instead of each group's mean: group means are not 0 and "
-    "each group's advantages depend on the other groups",
-    "off_center": "a baseline other than the group mean, or a constant added: the advantages follow their "
-    "responses and ignore the other groups, but do not average to 0 within a group",
-    "nonlinear": "a nonlinear map of the rewards within a group (clipping, ranks, a per-row denominator): the "
-    "advantages follow their responses but are not an increasing affine function of the rewards",
-    "nan_counted": "unscorable (NaN) rewards enter the group statistics (e.g. nan_to_num(rewards, 0) before the "
-    "mean/std) or get a nonzero advantage: mask them and give them advantage 0",
-    "tiny_eps": "float32 rounding of a constant group's mean, divided by a tiny stabilizer or an epsilon used as a "
-    "floor: the constant group weighs like a real one (give groups whose std is 0 advantage 0, or use a larger eps)",
-    "not_rounding": "all-equal groups get nonzero advantages even on 0/1 rewards, which every precision holds "
-    "exactly, so not rounding: a baseline other than the group mean, or a constant added to every advantage",
-}
-#: The invariants each structural cause explains (the others keep the monitor's hint).
-EXPLAINS = {
-    "wrong_axis": ("zero_group_mean", "affine_in_rewards", "degenerate_zero", "permutation_equivariance"),
-    "misaligned": ("affine_in_rewards", "zero_group_mean", "permutation_equivariance"),
-    "sign_flip": ("affine_in_rewards",),
-    "near": ("zero_group_mean", "affine_in_rewards"),
 }
 #: Above this x typical |advantage| a constant group's residue is an error (the monitor's own threshold).
 RESIDUE_ERROR = Tolerances().degenerate_error
@@ -158,7 +133,7 @@ def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str
             ref = torch.from_numpy(est(r.reshape(-1).numpy(), np.repeat(np.arange(len(r)), G), **match.params))
         except ValueError:  # the entry refuses this batch (e.g. pass@k on a group of one)
             continue
-        if probes.relative(runs64[name][1].reshape(-1), ref) > probes.MATCH_TOL:
+        if probes.relative(runs64[name][1].reshape(-1), ref) > registry.MATCH_TOL:
             continue
         shown = errors & {v.invariant for v in probes.monitor_report(r, ref.view_as(r), G).violations}
         hint = f"{match.name} itself does this on these rewards ({est.description}): not a bug of the function"
@@ -233,64 +208,6 @@ def _float32_only(v: dict[str, Any], deviation: float, bound: float) -> None:
                      f"one-pass variance E[r^2] - E[r]^2?)")
 
 
-# --------------------------------------------------------------------- diagnosis
-def structural_causes(equivariant: bool | None, independent: bool | None, rows, descriptions: dict[str, str]
-                      ) -> dict[str, str]:
-    """invariant -> the cause the symptoms point to: an axis, a misalignment, a sign flip, lost precision, a
-    baseline; ``rows`` is (float64 rows, the same negated)."""
-    kind, cause = None, ""
-    if equivariant is False:
-        kind = "wrong_axis" if independent is False else "misaligned"
-        cause = CAUSES[kind]
-    elif flipped := probes.registry_matches(rows[1]):
-        kind, cause = "sign_flip", f"sign flip: the negated advantages match {probes.describe(flipped[0])}"
-    elif near := probes.near_match(rows[0], descriptions):
-        kind, cause = "near", near
-    if kind:
-        return {invariant: cause for invariant in EXPLAINS[kind]}
-    if equivariant and independent is False:
-        return {"zero_group_mean": CAUSES["batch_baseline"]}
-    return {"zero_group_mean": CAUSES["off_center"], "affine_in_rewards": CAUSES["nonlinear"]} if equivariant else {}
-
-
-def apply_causes(violations: list[dict[str, Any]], structural: dict[str, str], nan_rows: str) -> list[str]:
-    """Replace the generic hints of error violations by the cause the combination points to; the causes used."""
-    used: list[str] = []
-    for v in (v for v in violations if v["severity"] == "error"):
-        cause = None
-        if v["probe"] == "nan_rows" and nan_rows == "counted":
-            cause = CAUSES["nan_counted"]
-        elif v["probe"] != "nan_rows":
-            cause = structural.get(v["invariant"])
-        if cause:
-            v["hint"] = cause
-            used += [cause] if cause not in used else []
-    return used
-
-
-def _family(est: Estimator) -> tuple:
-    ref = est.reference
-    if isinstance(ref, functools.partial):
-        return ref.func, ref.keywords.get("scale")
-    return ref, None
-
-
-def expectation_cause(expected: str, inferred: Match | None) -> str:
-    """Why ``expected`` does not fit, worded from the entry that does."""
-    want = get(expected)
-    if inferred is None:
-        return f"expected {expected} ({want.description}), but no registry entry reproduces the function"
-    got, head = get(inferred.name), f"expected {expected}, inferred {inferred.name}: "
-    same = _family(want) == _family(got)
-    if same and want.params.get("ddof") != got.params.get("ddof"):
-        std = {0: "population std (correction=0)", 1: "Bessel std (torch.std's default, correction=1)"}
-        return head + f"{std[got.params['ddof']]} where {std[want.params['ddof']]} was expected"
-    if same and want.fit_param and want.fit_param in inferred.params:
-        return head + (f"another stabilizer: {want.fit_param} {inferred.params[want.fit_param]:.1e} where "
-                       f"{expected} uses {want.params[want.fit_param]:g}")
-    return head + f"{got.description} instead of {want.description}"
-
-
 # -------------------------------------------------------------------------- audit
 def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None) -> AuditResult:
     """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) in float64 and float32 and collect the verdicts.
@@ -345,8 +262,8 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
         notes.append(f"NaN rewards are handled differently by dtype: {nan_by_dtype}")
     nan_rows = nan_by_dtype["float64"]
     runs64 = {k: (r, a.to(torch.float64)) for k, (r, a) in runs["float64"].items()}
-    rows = probes.replay_rows(runs64)
-    matches = probes.registry_matches(rows)
+    rows = registry.replay_rows(runs64)
+    matches = registry.registry_matches(rows)
     if matches:
         excuse_by_design(results, matches[0], batches, runs64, G)
     judge_rounding(fn, results, runs, batches)
@@ -356,20 +273,20 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     descriptions = {n: p.description for n, p in batches.items()}
     errors = any(v["severity"] == "error" for v in violations)
     structural = (structural_causes(checks["equivariant"], checks["batch_independent"],
-                                    (rows, probes.replay_rows(runs64, sign=-1.0)), descriptions) if errors else {})
+                                    (rows, registry.replay_rows(runs64, sign=-1.0)), descriptions) if errors else {})
     causes = apply_causes(violations, structural, nan_rows)
-    fits = None if expect == "auto" else probes.expected_fits(expect, rows)
+    fits = None if expect == "auto" else registry.expected_fits(expect, rows)
     if fits is False:
         _expect_violation(expect, matches, violations)
     causes += [h for h in dict.fromkeys(v["hint"] for v in violations if v["severity"] == "error") if h not in causes]
     notes += [NAN_NOTES[nan_rows]] if nan_rows in NAN_NOTES else []
-    if not matches and not errors and (near := probes.near_match(rows, descriptions)):
+    if not matches and not errors and (near := registry.near_match(rows, descriptions)):
         notes.append(f"no registry entry reproduces it exactly; {near}")
     broken, best = any(v["severity"] == "error" for v in violations), (matches[0] if matches else None)
     return AuditResult(
         function=label, group_size=G, verdict="broken" if broken else "ok" if matches else "consistent", error=None,
         inferred=best.name if best else None, matches=[m.name for m in matches],
-        match={**dataclasses.asdict(best), "text": probes.describe(best)} if best else None,
+        match={**dataclasses.asdict(best), "text": registry.describe(best)} if best else None,
         expected=None if expect == "auto" else expect, expected_fits=fits, causes=causes,
         **_convention([p for p in results if p.dtype == "float64"], notes), **checks, nan_rows=nan_rows,
         violations=violations, notes=notes, gradient=probes.gradient_table(fn, G) if "binary" in runs64 else [],
