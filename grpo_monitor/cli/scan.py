@@ -34,8 +34,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="responses per prompt G: declared to the monitor, cuts a prompt drawn k times in one "
                         "step into k groups, and groups consecutive rows when there is no group column")
     parser.add_argument("--estimator", default=None, metavar="NAME",
-                        help="the std convention the advantages should follow (auto, population, bessel, none, "
-                        "leave_one_out, batch); default: the run's own config when recorded, else auto")
+                        help="the estimator the advantages should follow: auto or a name of grpo_monitor.ESTIMATORS "
+                        "(population, bessel, trl.group, verl.grpo, nemo_rl.grpo, ...); default: the run's own "
+                        "config when recorded, else auto")
     parser.add_argument("--columns", default=None, metavar="KEY=FIELD,...",
                         help="field names: step=...,group=...,reward=...(a+b sums),advantage=...,question=...")
     parser.add_argument("--out", default=None, help="output folder (default: ./scan-<name of PATH>)")

@@ -32,8 +32,8 @@ import numpy as np
 from .columns import ColumnMap, ScanInputError, describe, float_column, step_number
 from .rows import StepRows, combine_rewards, runs_of
 
-#: TRL's ``scale_rewards`` -> (std convention, stabilizer), as in ``grpo_monitor.integrations.trl``.
-TRL_CONVENTIONS = {"group": ("bessel", 1e-4), "batch": ("batch", None), "none": ("none", None)}
+#: TRL's ``scale_rewards`` -> the registry estimator, as ``grpo_monitor.integrations.trl`` declares it.
+TRL_CONVENTIONS = {"group": "trl.group", "batch": "trl.batch", "none": "trl.none"}
 _NOT_REWARDS = {"step", "prompt", "completion", "advantage", "image", "images"}
 _TABLE = re.compile(r"^(?P<key>.+)_(?P<wstep>\d+)_[0-9a-f]+\.table\.json$")
 _PARQUET = re.compile(r"^completions_(?P<step>\d+)\.parquet$")
@@ -104,9 +104,9 @@ def declared_settings(config: dict[str, Any]) -> dict[str, Any]:
     flags: dict[Any, str] = {True: "group", False: "none"}  # older TRL: a bool
     scale = flags.get(scale, scale)
     if config.get("multi_objective_aggregation") == "normalize_then_sum":
-        out["std_convention"], out["stabilizer"] = "batch", None
+        out["std_convention"], out["stabilizer"] = "trl.normalize_then_sum", None
     elif scale in TRL_CONVENTIONS:
-        out["std_convention"], out["stabilizer"] = TRL_CONVENTIONS[scale]
+        out["std_convention"], out["stabilizer"] = TRL_CONVENTIONS[scale], None
     return out
 
 

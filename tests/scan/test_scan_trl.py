@@ -92,7 +92,7 @@ def test_wandb_scan_matches_the_live_monitor_and_a_plain_count(trl_run, tmp_path
     wandb_root, _, live_log = trl_run
     result = scan_rollouts(wandb_root, tmp_path / "scan", quiet=True)
     assert result.format == "trl-wandb" and result.steps == 4 and result.advantages
-    assert result.config["group_size"] == G and result.config["std_convention"] == "bessel"  # from the run's config
+    assert result.config["group_size"] == G and result.config["std_convention"] == "trl.group"  # from the run's config
     live = {r["step"]: r["metrics"] for r in read_jsonl(live_log)}
     scanned = {r["step"]: r["metrics"] for r in read_jsonl(result.log)}
     tables = _tables(wandb_root)
