@@ -4,7 +4,7 @@ Each probe batch (:mod:`.audit_probes`) is run in float64 and in float32 through
 :class:`GRPOMonitor`: the invariant checks are the monitor's own, with their severities.
 On top, the audit names the registry entry the function reproduces, checks permutation
 equivariance and independence from the rest of the batch, classifies NaN (unscorable)
-rewards, computes the expected gradient by exact enumeration (seed 000), and words the
+rewards, computes the expected gradient by exact enumeration (finite-group theory), and words the
 likely cause from the combination of what broke.
 
 Verdict and exit code: ``error`` (2) when the function does not run (it raises on every

@@ -273,7 +273,7 @@ def residue_ratio(rewards: torch.Tensor, adv: torch.Tensor) -> float:
 
 
 def gradient_table(fn: AdvantageFn, G: int) -> list[dict[str, Any]]:
-    """Expected gradient of ``fn`` against the true ``p(1-p)`` by exact enumeration (seed 000).
+    """Expected gradient of ``fn`` against the true ``p(1-p)`` by exact enumeration (finite-group theory).
 
     ``function`` and ``ratio`` are None, with ``error`` set, where the expectation is
     undefined (e.g. NaN advantages on an all-equal group).
