@@ -117,6 +117,13 @@ class Attachment:
         self.patches.append(Patch(owner, name, previous))
         setattr(owner, name, self.wrap(getattr(owner, name), capture, observe))
 
+    def patch_overrides(self, base: type, name: str, classes: Sequence[type], capture: Callable[..., Call],
+                        observe: Callable[[GRPOMonitor, Call, Any], None]) -> None:
+        """:meth:`patch` ``name`` on ``base``, every loaded subclass overriding it, and ``classes``."""
+        targets = subclasses_defining(base, name)
+        for cls in targets + [c for c in classes if c not in targets]:
+            self.patch(cls, name, capture, observe)
+
     def unpatch(self) -> None:
         """Put back every replaced attribute, last first."""
         for p in reversed(self.patches):

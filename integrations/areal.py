@@ -40,7 +40,7 @@ import torch
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.distributed import rank_and_world
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, subclasses_defining
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -109,10 +109,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     _SLOT.check_free()
     actor = importlib.import_module(MODULE).PPOActor
     state = Attachment("areal", monitor, config, sinks, step_per_call)
-    targets = subclasses_defining(actor, METHOD)
-    targets += [c for c in classes if c not in targets]
-    for cls in targets:
-        state.patch(cls, METHOD, _capture, _observer(state))
+    state.patch_overrides(actor, METHOD, classes, _capture, _observer(state))
     return _SLOT.claim(state)
 
 

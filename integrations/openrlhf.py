@@ -43,7 +43,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, subclasses_defining
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -132,10 +132,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     _SLOT.check_free()
     maker = import_experience_maker().RemoteExperienceMaker
     state = Attachment("openrlhf", monitor, config, sinks, step_per_call)
-    targets = subclasses_defining(maker, METHOD)
-    targets += [c for c in classes if c not in targets]
-    for cls in targets:
-        state.patch(cls, METHOD, _capture, _observer(state))
+    state.patch_overrides(maker, METHOD, classes, _capture, _observer(state))
     return _SLOT.claim(state)
 
 

@@ -28,6 +28,7 @@ from .plots_core import (
     line,
     log_panel,
     noisy,
+    panels,
     percent,
     reference,
     rolling_mean,
@@ -258,11 +259,12 @@ def draw_convention(run: RunData):
 def draw_history(run: RunData):
     """Per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
     keys = ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions")
-    present = [k for k in keys if run.has(k)]
-    if not present:
+    made = panels(run, keys, height=2.5)
+    if made is None:
         return None
-    fig, axes = figure(len(present), height=2.5)
-    for ax, key in zip(axes, present, strict=True):
+    fig, pairs = made
+    axes = [ax for ax, _ in pairs]
+    for ax, key in pairs:
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "overdispersion (intra-group correlation)")
             reference(ax, 0.0, GREEN, "iid responses: 0")

@@ -50,6 +50,15 @@ def figure(rows: int = 1, height: float = 3.0):
     return fig, [row[0] for row in axes]
 
 
+
+def panels(run: RunData, keys: Sequence[str], height: float = 2.5):
+    """One stacked panel per key the run logged: ``(fig, [(ax, key), ...])``, or None when it logged none."""
+    present = [k for k in keys if run.has(k)]
+    if not present:
+        return None
+    fig, axes = figure(len(present), height=height)
+    return fig, list(zip(axes, present, strict=True))
+
 def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     """Centred moving average ignoring NaN (NaN where the window holds no finite value).
 

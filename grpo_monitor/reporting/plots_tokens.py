@@ -13,12 +13,12 @@ from .plots_core import (
     LOG_FLOOR,
     ORANGE,
     RED,
-    figure,
     finish,
     fit_ylim,
     line,
     log_panel,
     noisy,
+    panels,
     percent,
     reference,
 )
@@ -30,11 +30,12 @@ def draw_ratio(run: RunData):
 
     keys = ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max")
     on_policy = Tolerances().on_policy  # max |logprobs - old_logprobs| in nats on a first inner epoch
-    present = [k for k in keys if run.has(k)]
-    if not present:
+    made = panels(run, keys, height=2.3)
+    if made is None:
         return None
-    fig, axes = figure(len(present), height=2.3)
-    for ax, key in zip(axes, present, strict=True):
+    fig, pairs = made
+    axes = [ax for ax, _ in pairs]
+    for ax, key in pairs:
         values = run.series(key)
         if key == keys[0]:
             line(ax, run, values, BLUE, "mean ratio pi / pi_old over valid tokens", "-")
@@ -56,11 +57,12 @@ def draw_ratio(run: RunData):
 def draw_tokens(run: RunData):
     """Mean response length in valid tokens, and the share of valid tokens carrying a non-zero advantage."""
     keys = ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction")
-    present = [k for k in keys if run.has(k)]
-    if not present:
+    made = panels(run, keys, height=2.5)
+    if made is None:
         return None
-    fig, axes = figure(len(present), height=2.5)
-    for ax, key in zip(axes, present, strict=True):
+    fig, pairs = made
+    axes = [ax for ax, _ in pairs]
+    for ax, key in pairs:
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "mean response length (valid tokens per response)")
             fit_ylim(ax, floor=0.0, extra=[0.0])
