@@ -10,6 +10,7 @@ and the bounded question tally.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -22,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import InputFileError
+from ..files.writing import OutputDir
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
 from .groups import build_groups
@@ -157,17 +160,52 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
     ValueError) naming the file, the line and the field when a record does not fit, and
     for bad options.
     """
+    try:
+        return _scan(path, Path(out), fmt, group_size, estimator, columns, overwrite, quiet, console, report,
+                     tensorboard, prefetch)
+    except InputFileError as exc:
+        if isinstance(exc, ScanInputError):
+            raise
+        raise ScanInputError(str(exc)) from exc
+
+
+def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimator: str | None, columns: ColumnMap,
+          overwrite: bool, quiet: bool, console: Any, report: bool, tensorboard: bool,
+          prefetch: bool | None) -> ScanResult:
     if group_size is not None and (not isinstance(group_size, int) or group_size < 2):
         raise ScanInputError(f"--group-size must be an integer >= 2, but got {group_size!r}")
     reader = open_reader(path, fmt, columns, group_size)
     config = monitor_config(reader.declared, group_size, estimator)
-    out = Path(out)
-    if out.resolve() == reader.source.resolve():
-        raise ScanInputError(f"--out {out} is where the records are read from; choose another output folder")
+    check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
+    created = not out.exists()
     prepare_out(out, overwrite)
+    try:
+        return _scan_into(out, path, reader, config, columns, estimator, quiet, console, report, tensorboard, prefetch)
+    except Exception:  # a record that does not fit (or a fault): what was written is not the run's audit
+        remove_outputs(out)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+
+
+def check_out(out: Path, inputs: list[Path]) -> None:
+    """Refuse an output folder that is, or holds, something the scan reads (``--overwrite`` would delete it)."""
+    target = out.resolve()
+    for source in inputs:
+        real = source.resolve()
+        if real == target or target in real.parents:
+            how = "is" if real == target else "holds"
+            raise ScanInputError(f"--out {out} {how} the input {source}; a scan never writes where it reads "
+                                 "(--overwrite would delete it): choose another --out")
+
+
+def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: ColumnMap, estimator: str | None,
+               quiet: bool, console: Any, report: bool, tensorboard: bool, prefetch: bool | None) -> ScanResult:
     result = ScanResult(Path(path), reader.format, out, _config_text(config, reader.declared, estimator),
                         questions=QuestionTally(cap=config.history_cap))
-    (out / "run.json").write_text(json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
+    with OutputDir(out) as folder:
+        folder.write(LOG_NAME, b"")  # created fresh (never through a symlink); the JSONL sink appends to it
     sinks = _sinks(out, tensorboard)
     result.tensorboard = out / TB_NAME if len(sinks) > 1 else None
     progress = DelayedProgress(reader.total, reader.unit, f"scanning {reader.format}", quiet, console)
@@ -175,12 +213,10 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
     found: list[str] = []
     steps = prefetched_steps(reader.source, reader.format, columns, config.group_size, found) if ahead else \
         _in_process(reader, config.group_size)
-    try:
-        _feed(steps, config, sinks, result, progress)
-    except ScanInputError:  # a record that does not fit: what was written is not the run's audit
-        remove_outputs(out)
-        raise
+    _feed(steps, config, sinks, result, progress)
     _gather_notes(result, reader.notes + found)
+    with OutputDir(out) as folder:
+        folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
     if report:
         result.report = _report(out, result.notes)
     return result

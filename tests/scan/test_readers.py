@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grpo_monitor.scan import ScanInputError, detect_format, open_reader, parse_columns
-from grpo_monitor.scan.jsonlines import read_blocks
+from grpo_monitor.files.reading import read_text_blocks
 from grpo_monitor.scan.rows import group_uids
 
 
@@ -126,8 +126,10 @@ def test_jsonl_blocks_cut_at_line_ends_and_steps_span_blocks(tmp_path):
     """A file read in small blocks gives whole lines with true line numbers, and the same steps as one block."""
     rows = [{"step": s // 10, "group": s // 5, "reward": float(s % 3 == 0)} for s in range(60)]
     path = write_jsonl(tmp_path / "r.jsonl", rows)
-    blocks = list(read_blocks(path, size=100))
-    assert "".join(text for text, _, _, _ in blocks) == path.read_text()
+    with open(path, "rb") as f:
+        blocks = list(read_text_blocks(f, path, block=100))
+    assert "\n".join(text for text, _, _, _ in blocks) + "\n" == path.read_text()
+    assert sum(size for _, _, size, _ in blocks) == path.stat().st_size
     assert [first for _, first, _, _ in blocks][:2] == [1, 1 + blocks[0][0].count("\n")] and blocks[-1][3]
     assert [(s.step, s.num_rows) for s in steps_of(path)] == [(k, 10) for k in range(6)]
 
