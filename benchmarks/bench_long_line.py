@@ -5,7 +5,7 @@
 For each size (MiB), a fresh process writes a generic JSONL file whose second row holds a
 ``completion`` of that many bytes (written in 1 MiB pieces, so the writing does not count),
 then reads it with the scan's reader (``JsonlReader.steps()``) and prints the seconds and
-the rise of peak RSS (``ru_maxrss``) over the line's size. Linear reading shows as flat
+the rise of peak RSS (``VmHWM``, reset before reading) over the line's size. Linear reading shows as flat
 MiB/s and a flat multiple (about 2x: the bytes and their decoded text, then the text and
 the parsed string).
 """
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 CHILD = r"""
-import json, resource, sys, time
+import json, sys, time
 from pathlib import Path
 from grpo_monitor.scan.readers import JsonlReader
 path, size = Path(sys.argv[1]), int(sys.argv[2])
@@ -30,12 +30,16 @@ with open(path, "w") as f:
     for _ in range(size >> 20):
         f.write("x" * (1 << 20))
     f.write('"}\n')
+def status(key):  # kB figures of /proc/self/status (ru_maxrss would carry the parent's peak across exec)
+    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
 reader = JsonlReader(path)
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to the current size
+base = status("VmRSS:")
 start = time.perf_counter()
 steps = list(reader.steps())
 seconds = time.perf_counter() - start
-peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
+peak = status("VmHWM:") - base
 path.unlink()
 print(json.dumps({"seconds": seconds, "peak": peak}))
 """
