@@ -15,10 +15,10 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from .catalog.invariants import GROUP_INVARIANTS, INVARIANTS
-from .config import MonitorConfig
-from .stats.rollout import RolloutDetail
-from .violations import Violation
+from ..catalog.invariants import GROUP_INVARIANTS, INVARIANTS
+from ..config import MonitorConfig
+from ..stats.rollout import RolloutDetail
+from ..violations import Violation
 
 _MAX_GROUPS = 5
 _RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
@@ -138,7 +138,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
     """
-    from .estimators.judge import host_rows
+    from ..estimators.judge import host_rows
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
