@@ -66,7 +66,7 @@ def _finite_or_zero(x: float) -> float:
     return x if math.isfinite(x) else 0.0
 
 
-def convention_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
+def estimator_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
     """The estimator in use as numbers: its index in ``grpo_monitor.ESTIMATORS`` (-1: none fits).
 
     The five classic conventions come first, in ``CONVENTIONS`` order, so their indices are unchanged.
@@ -138,18 +138,18 @@ def _finite(key: str, value: object) -> float:
     return number
 
 def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
-                    tokens: dict[str, float] | None, groups: HostGroups | None, convention: Any,
+                    tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,
                     violations: Sequence[Any], run: Any, failed: bool) -> StepReport:
     """Metrics, histograms, tables and violations of the step.
 
-    ``rollout`` is the whole step's rollout statistics, ``convention`` the step's fit (or
+    ``rollout`` is the whole step's rollout statistics, ``estimator`` the step's judgement (or
     None), ``run`` the :class:`~grpo_monitor.run.state.RunUpdate` of this step (or None).
     """
     metrics: dict[str, float] = {}
     if rollout and rollout["groups"] > 0:
         metrics.update(rollout_metrics(rollout))
-    if convention is not None:
-        metrics.update(convention_metrics(convention.name, convention.stabilizer))
+    if estimator is not None:
+        metrics.update(estimator_metrics(estimator.name, estimator.stabilizer))
     if ledger and ledger.get("generation_batches", 0) > 0:
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
     if tokens is not None:
@@ -157,7 +157,7 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
 
         metrics.update(token_metrics(list(tokens.values())))  # the dict keeps TOKEN_FIELDS order
     report = StepReport(step, metrics, list(violations), failed=failed)
-    report.convention = convention.name if convention is not None else None
+    report.convention = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))
     if run is not None:
         metrics.update(run.metrics)
