@@ -1,7 +1,7 @@
 """Creating the command line's outputs (``report.html``, ``plots/*.png``, ``compare.html``, ``run.json``, ...)
 without ever following a symlink.
 
-The rule is the repro files' (``grpo_monitor.private_files.create_private_file``): a file is
+The rule is the repro files' (``grpo_monitor.repro.private_files.create_private_file``): a file is
 created with ``O_CREAT | O_EXCL | O_NOFOLLOW``, so no existing name (a planted symlink or
 file) is opened. An output that replaces an earlier one is first written under a fresh
 random name in the same folder, then renamed over the old name (``rename`` replaces a

@@ -107,6 +107,9 @@ class ParquetReader:
         last = buf.finish()
         if last is not None:
             yield last
+        note = buf.skipped_note(c.step)
+        if note:
+            self.notes.append(note)
 
     def _read_file(self, path: Path, buf: RowBuffer) -> Iterator[StepRows]:
         needed = self._needed()

@@ -210,6 +210,9 @@ class JsonlReader:
         done = buf.finish()
         if done is not None:
             yield done
+        note = buf.skipped_note(c.step)
+        if note:
+            self.notes.append(note)
 
     def fields(self) -> list[str]:
         """The fields read from each record."""

@@ -54,6 +54,10 @@ class ScanResult:
     last_step: int | None = None
     advantages: bool = False
     split_groups: int = 0
+    #: steps whose group values were of several types (kept apart), the first of them, and the types seen
+    mixed_type_steps: int = 0
+    mixed_first_step: int | None = None
+    mixed_types: set[str] = dataclasses.field(default_factory=set)
     disabled: dict[str, int] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     report: Path | None = None
@@ -100,6 +104,14 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
         what = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in errors) or str(exc)
         option = "--estimator" if estimator is not None and "std_convention" in what else "--group-size"
         raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
+
+
+def _check_estimator(estimator: str | None) -> None:
+    """An unknown ``--estimator`` is one line naming the closest registry names."""
+    from ..estimators.registry import ESTIMATORS, unknown_estimator
+
+    if estimator is not None and estimator != "auto" and estimator not in ESTIMATORS:
+        raise ScanInputError(str(unknown_estimator(estimator, "--estimator")))
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
@@ -174,6 +186,7 @@ def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimat
           prefetch: bool | None) -> ScanResult:
     if group_size is not None and (not isinstance(group_size, int) or group_size < 2):
         raise ScanInputError(f"--group-size must be an integer >= 2, but got {group_size!r}")
+    _check_estimator(estimator)
     reader = open_reader(path, fmt, columns, group_size)
     config = monitor_config(reader.declared, group_size, estimator)
     check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
@@ -227,6 +240,10 @@ def _gather_notes(result: ScanResult, read: list[str]) -> None:
     notes = [f"INCOMPLETE: an internal fault of the monitor switched its {part!r} part off at step {step} (see the "
              "log); later steps were not checked" for part, step in result.disabled.items()]
     notes += list(dict.fromkeys(read)) + result.notes
+    if result.mixed_type_steps:
+        notes.append(f"group values of several types ({', '.join(sorted(result.mixed_types))}) in "
+                     f"{result.mixed_type_steps} step(s) from step {result.mixed_first_step}: kept as separate groups "
+                     "(1, true and 1.0 are three groups); write the group ids with one type if they are one group")
     if result.split_groups:
         notes.append(f"{result.split_groups} group(s) came from a prompt that held k x group_size rows in one step, "
                      "cut into groups of group_size in row order")
@@ -291,6 +308,10 @@ def _count(result: ScanResult, info: StepInfo, groups: Any) -> None:
     result.first_step = info.step if result.first_step is None else result.first_step
     result.last_step = info.step
     result.split_groups += groups.split_groups
+    if groups.mixed_types:
+        result.mixed_type_steps += 1
+        result.mixed_first_step = info.step if result.mixed_first_step is None else result.mixed_first_step
+        result.mixed_types.update(groups.mixed_types)
 
 
 def _report(out: Path, notes: list[str]) -> Path | None:
