@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     formatwarning = warnings.formatwarning
     # a warning quoting a recorded file or field name is escaped like everything else printed
-    warnings.formatwarning = lambda *a, **k: printable(formatwarning(*a, **k))  # type: ignore[assignment]
+    warnings.formatwarning = lambda *a, **k: printable(formatwarning(*a, **k))
     try:
         return int(args.func(args) or 0)
     finally:
@@ -129,8 +129,8 @@ def byte_count(text: str) -> int:
 def add_read_limits(parser: argparse.ArgumentParser) -> None:
     """``--max-line-bytes`` and ``--max-file-bytes`` (see ``grpo_monitor.files.reading``)."""
     parser.add_argument("--max-line-bytes", type=byte_count, default=None, metavar="N",
-                        help="refuse a line (one JSON record) longer than N bytes (default: $GRPO_MONITOR_MAX_LINE_BYTES "
-                        "or 256M)")
+                        help="refuse a line (one JSON record) longer than N bytes (default: "
+                        "$GRPO_MONITOR_MAX_LINE_BYTES or 256M)")
     parser.add_argument("--max-file-bytes", type=byte_count, default=None, metavar="N",
                         help="refuse an input file larger than N bytes (default: $GRPO_MONITOR_MAX_FILE_BYTES or 16G)")
 

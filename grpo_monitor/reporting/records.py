@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import reprlib
 import os
+import reprlib
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any

@@ -24,8 +24,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .columns import ColumnMap, Columns, ScanInputError, first_present, float_column, missing_field, where
 from ..files.reading import check_regular, first_line, loads
+from .columns import ColumnMap, Columns, ScanInputError, first_present, float_column, missing_field, where
 from .jsonlines import column, decode_lines, line_of, read_blocks
 from .rows import RowBuffer, StepRows, combine_rewards, group_uids
 
@@ -118,7 +118,9 @@ def _verl_columns(record: Any, columns: ColumnMap, path: Path, line: int) -> Col
 def read_verl_step(path: Path, step: int, columns: ColumnMap, notes: list[str],
                    folder: Path | None = None) -> StepRows | None:
     """The rows of one verl dump file, or None when it holds none."""
-    records, numbers, size = [], [], 0
+    records: list[Any] = []
+    numbers: list[int] = []
+    size = 0
     for text, first, nbytes, last in read_blocks(path, folder):
         found, lines = decode_lines(text, path, notes, first, torn_ok=last)
         records += found

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_monitor.scan import ScanInputError, detect_format, open_reader, parse_columns
 from grpo_monitor.files.reading import InputFileError, read_text_blocks
+from grpo_monitor.scan import ScanInputError, detect_format, open_reader, parse_columns
 from grpo_monitor.scan.rows import group_uids
 
 
