@@ -45,7 +45,8 @@ def _create(name: str) -> tuple[str | None, str]:
 
 def framework_python(name: str) -> str:
     """The python of ``name``'s venv; skips the test (fails under GRPO_MONITOR_REQUIRE_FRAMEWORKS=1) without it."""
-    if os.environ.get("GRPO_MONITOR_SKIP_FRAMEWORKS") == "1" and os.environ.get("GRPO_MONITOR_REQUIRE_FRAMEWORKS") != "1":
+    required = os.environ.get("GRPO_MONITOR_REQUIRE_FRAMEWORKS") == "1"
+    if os.environ.get("GRPO_MONITOR_SKIP_FRAMEWORKS") == "1" and not required:
         pytest.skip(f"GRPO_MONITOR_SKIP_FRAMEWORKS=1: the {name} venv is not built, its real functions not called")
     python, why = _create(name)
     if python is None:
