@@ -147,7 +147,7 @@ _CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), *range(
 
 
 def printable(text: object) -> str:
-    """``text`` with control characters (ESC, BEL, CR, ...) escaped as ``\\xNN``: a field or file name from a
+    r"""``text`` with control characters (ESC, BEL, CR, ...) escaped as ``\xNN``: a field or file name from a
     recording cannot drive the terminal.
 
     >>> printable("run\x1b]0;owned\x07.jsonl")
