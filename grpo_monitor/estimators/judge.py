@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog.invariants import DEVICE_PROMISES
 from . import families
 from .base import Estimator
 from .classic_lock import ConventionFit, ConventionTracker
@@ -33,7 +34,6 @@ from .registry import ESTIMATORS, get
 from .replay import fit as replay_fit
 
 #: Promises the device-side checks can enforce, by invariant name.
-DEVICE_PROMISES = ("zero_group_mean", "affine_in_rewards", "degenerate_zero", "unscorable_rows")
 _AFFINE_STABILIZERS = ("add", "add_if_positive")
 
 
