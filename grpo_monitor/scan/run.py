@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -115,13 +116,13 @@ def _check_estimator(estimator: str | None) -> None:
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
-    """Create ``out``; refuse (or, with ``overwrite``, clear) the outputs of an earlier scan there."""
+    """Create ``out``; refuse the outputs of an earlier scan there unless ``overwrite`` (they are replaced only
+    once the new scan has read its whole input)."""
     out.mkdir(parents=True, exist_ok=True)
-    present = [name for name in OUTPUTS if (out / name).exists()]
+    present = [name for name in OUTPUTS if (out / name).exists() or (out / name).is_symlink()]
     if present and not overwrite:
         raise ScanInputError(f"{out} already holds {', '.join(present)} (an earlier scan?); pass --overwrite to "
                              "replace them, or another --out")
-    remove_outputs(out)
 
 
 def remove_outputs(out: Path) -> None:
@@ -192,14 +193,30 @@ def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimat
     check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
     created = not out.exists()
     prepare_out(out, overwrite)
+    staging = Path(tempfile.mkdtemp(prefix=".grpo-monitor-scan-", dir=out))
     try:
-        return _scan_into(out, path, reader, config, columns, estimator, quiet, console, report, tensorboard, prefetch)
-    except Exception:  # a record that does not fit (or a fault): what was written is not the run's audit
-        remove_outputs(out)
+        result = _scan_into(staging, path, reader, config, columns, estimator, quiet, console, tensorboard, prefetch)
+    except Exception:  # a record that does not fit (or a fault): --out stays as it was, earlier outputs included
+        shutil.rmtree(staging, ignore_errors=True)
         if created:
             with contextlib.suppress(OSError):
                 out.rmdir()
         raise
+    _move_outputs(staging, out, result)
+    if report:
+        result.report = _report(out, result.notes)
+    return result
+
+
+def _move_outputs(staging: Path, out: Path, result: ScanResult) -> None:
+    """The scan's outputs, written into ``staging``, replace an earlier scan's in ``out`` (the input validated)."""
+    remove_outputs(out)
+    for name in OUTPUTS:
+        if (staging / name).exists():
+            os.rename(staging / name, out / name)
+    shutil.rmtree(staging, ignore_errors=True)
+    result.out = out
+    result.tensorboard = out / TB_NAME if result.tensorboard is not None else None
 
 
 def check_out(out: Path, inputs: list[Path]) -> None:
@@ -214,7 +231,9 @@ def check_out(out: Path, inputs: list[Path]) -> None:
 
 
 def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: ColumnMap, estimator: str | None,
-               quiet: bool, console: Any, report: bool, tensorboard: bool, prefetch: bool | None) -> ScanResult:
+               quiet: bool, console: Any, tensorboard: bool, prefetch: bool | None) -> ScanResult:
+    """The scan loop, writing ``monitor.jsonl``, the TensorBoard events and ``run.json`` into ``out`` (the
+    staging folder)."""
     result = ScanResult(Path(path), reader.format, out, _config_text(config, reader.declared, estimator),
                         questions=QuestionTally(cap=config.history_cap))
     with OutputDir(out) as folder:
@@ -230,8 +249,6 @@ def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: C
     _gather_notes(result, reader.notes + found)
     with OutputDir(out) as folder:
         folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
-    if report:
-        result.report = _report(out, result.notes)
     return result
 
 

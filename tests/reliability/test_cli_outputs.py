@@ -60,6 +60,21 @@ def test_a_bad_record_leaves_out_as_it_was(tmp_path, capsys):
     assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]
 
 
+def test_a_failed_overwrite_keeps_the_earlier_scan(tmp_path, capsys):
+    """`--overwrite` replaces an earlier scan only once the new input has validated: a bad record keeps the earlier
+    monitor.jsonl, run.json and TensorBoard events as they were, and no staging folder is left."""
+    out = tmp_path / "out"
+    assert main(["scan", str(write_rows(tmp_path / "good.jsonl")), "--out", str(out), "-q", "--no-report"]) == 0
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    bad = write_rows(tmp_path / "bad.jsonl", steps=5)
+    with bad.open("a") as f:
+        f.write('{"step": 9, "group": 0, "reward": "high"}\n')
+    assert main(["scan", str(bad), "--out", str(out), "-q", "--no-report", "--overwrite"]) == 2
+    assert "line 41" in capsys.readouterr().err
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+    assert sorted(p.name for p in out.iterdir()) == sorted(["monitor.jsonl", "run.json", "tensorboard"])
+
+
 def _plant(folder: Path, names: list[str], victim: Path) -> None:
     for name in names:
         link = folder / name

@@ -257,3 +257,19 @@ def test_damaged_wandb_tables_are_worded(table, words, tmp_path, capsys):
     run = _wandb_run(tmp_path, table)
     code, err = scan(run, tmp_path / "out", capsys, "-G", "2", "--format", "trl-wandb")
     assert_worded(code, err, "completions_2_bb.table.json", *words)
+
+
+def test_the_read_ahead_child_words_the_same_errors_under_the_same_limits(tmp_path):
+    """With the reader in a child process (prefetch), a line over the limit set in the parent and a deeply nested
+    line are the same worded ScanInputError, and nothing is left in --out."""
+    from grpo_monitor.files import using_limits
+    from grpo_monitor.scan import ScanInputError, scan_rollouts
+
+    src = write_jsonl(tmp_path / "r.jsonl", rows(), extra=json.dumps({"step": 3, "group": 0, "reward": 1.0,
+                                                                      "pad": "x" * 5000}) + "\n")
+    with using_limits(max_line_bytes=4096), pytest.raises(ScanInputError, match=r"r\.jsonl, line 25: a line longer"):
+        scan_rollouts(src, tmp_path / "o1", group_size=4, quiet=True, report=False, prefetch=True)
+    deep = write_jsonl(tmp_path / "d.jsonl", rows(), extra='{"step": 3, "group": 0, "reward": ' + DEEP + "}\n")
+    with pytest.raises(ScanInputError, match=r"d\.jsonl, line 25: JSON nested deeper"):
+        scan_rollouts(deep, tmp_path / "o2", group_size=4, quiet=True, report=False, prefetch=True)
+    assert not (tmp_path / "o1").exists() and not (tmp_path / "o2").exists()
