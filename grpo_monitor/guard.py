@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from .inputs import InputError
+from .inputs import InputError, check_call
 from .violations import InvariantViolation
 
 if TYPE_CHECKING:
@@ -83,6 +83,7 @@ def locked(fn: F) -> F:
     def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             ensure_open(self, fn.__name__)
+            check_call(fn, (self, *args), kwargs)
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -100,6 +101,8 @@ def fail_open(part: str) -> Callable[[F], F]:
         def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
             with _lock_unless_tracing(self):
                 ensure_open(self, fn.__name__)
+                if not torch.compiler.is_compiling():  # a call that does not bind is the caller's error
+                    check_call(fn, (self, *args), kwargs)
                 if part in self._guard.disabled:
                     return self._skip(part, *args, **kwargs)
                 try:

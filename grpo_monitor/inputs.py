@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import functools
+import inspect
+import math
 import numbers
 import operator
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -45,6 +49,64 @@ def boundary():
         raise InputTypeError(str(exc)) from exc
 
 
+#: Names trainers use for the monitor's arguments (a hint only; the valid names come from each signature).
+SYNONYMS = {
+    "question_ids": ("prompt_ids", "prompt_id", "prompts", "prompt_index", "problem_ids", "questions", "qids"),
+    "group_ids": ("uid", "uids", "index", "group_index", "groups"),
+    "rewards": ("scores", "reward", "token_level_scores"),
+    "lengths": ("response_lengths", "completion_lengths", "seq_lens", "response_length"),
+    "mask": ("attention_mask", "response_mask", "completion_mask", "loss_mask", "action_mask"),
+    "logprobs": ("log_probs", "log_prob", "per_token_logps"),
+    "old_logprobs": ("old_log_probs", "old_log_prob", "old_per_token_logps"),
+    "ref_logprobs": ("ref_log_probs", "ref_log_prob", "ref_per_token_logps"),
+}
+_SYNONYM_OF = {alias: name for name, aliases in SYNONYMS.items() for alias in aliases}
+
+
+def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Raise :class:`InputTypeError` when ``fn(*args, **kwargs)`` does not bind to ``fn``'s signature.
+
+    An unknown keyword is named with the nearest valid one, so new keywords are covered
+    with no list to update:
+
+    >>> def observe(rewards, *, question_ids=None): ...
+    >>> check_call(observe, [1], {"prompt_ids": [0]})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.inputs.InputTypeError: observe() got an unexpected keyword argument 'prompt_ids'; did you mean ...
+    """
+    sig = _signature(fn)
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        valid = [p.name for p in sig.parameters.values() if p.name != "self"
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        unknown = [k for k in kwargs if k not in sig.parameters]
+        if not unknown:
+            raise InputTypeError(f"{fn.__name__}(): {exc}; its arguments are {', '.join(valid)}") from None
+        hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
+        raise InputTypeError(
+            f"{fn.__name__}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints} "
+            f"(its arguments: {', '.join(valid)})"
+        ) from None
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn: Callable[..., Any]) -> inspect.Signature:
+    return inspect.signature(fn)
+
+
+def nearest_name(wrong: str, valid: Sequence[str]) -> str:
+    """The valid name ``wrong`` most likely meant: a trainer's synonym of it, else the closest spelling.
+
+    >>> nearest_name("prompt_ids", ["rewards", "group_ids", "question_ids"]), nearest_name("advantage", ["advantages"])
+    ('question_ids', 'advantages')
+    """
+    alias = _SYNONYM_OF.get(wrong) or _SYNONYM_OF.get(wrong.lower())
+    if alias in valid:
+        return alias
+    return max(valid, key=lambda v: difflib.SequenceMatcher(None, wrong.lower(), v).ratio())
+
+
 def as_tensor(value: Any, name: str) -> torch.Tensor:
     """``value`` as a real-valued tensor (numpy arrays and number lists accepted).
 
@@ -64,12 +126,35 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
             raise InputTypeError(_list_error(value, name, exc)) from exc
     else:
         raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
-    if tensor.is_complex():
-        raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
-    if tensor.device.type == "meta":
-        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); "
-                              "pass a materialised tensor")
+    check_kind(tensor, name)
     return tensor
+
+
+#: What :func:`as_tensor` takes, named in every refusal of another kind of tensor.
+SUPPORTED = ("supported: dense (strided) real tensors with data (any float, integer or bool dtype, on any device "
+             "but meta), numpy arrays and lists of numbers")
+
+
+def check_kind(tensor: torch.Tensor, name: str) -> None:
+    """Refuse the tensor kinds the statistics cannot read, naming ``name``, the kind and what is taken.
+
+    >>> check_kind(torch.ones(2, 2).to_sparse(), "rewards")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
+    """
+    if tensor.is_nested:
+        what, fix = "a nested tensor (ragged rows)", "pad it (torch.nested.to_padded_tensor) and pass a mask"
+    elif tensor.layout != torch.strided:
+        what, fix = f"a sparse tensor (layout {tensor.layout})", "call .to_dense()"
+    elif tensor.is_quantized:
+        what, fix = f"a quantized tensor (dtype {tensor.dtype})", "call .dequantize()"
+    elif tensor.device.type == "meta":
+        what, fix = f"on the meta device (shape {tuple(tensor.shape)}, no data)", "pass a materialised tensor"
+    elif tensor.is_complex():
+        what, fix = f"a complex tensor (dtype {tensor.dtype})", "pass real values (e.g. .real or .abs())"
+    else:
+        return
+    raise InputTypeError(f"{name} is {what}; {SUPPORTED}; {fix}")
 
 
 def _list_error(value: Sequence[Any], name: str, exc: Exception) -> str:
@@ -161,6 +246,7 @@ def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor
     """Dense group index and the unique ids in order of first appearance."""
     if isinstance(ids, torch.Tensor) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "biu"):
         t = torch.as_tensor(ids)
+        check_kind(t, "group_ids")
         if t.is_floating_point() or t.is_complex():
             raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
         if t.dim() != 1:
@@ -183,10 +269,23 @@ def _id_list(ids: Any, name: str) -> list[Hashable]:
     """``ids`` (a sequence, array or tensor of hashable ids) as a list."""
     if isinstance(ids, (str, bytes, dict, set, frozenset)) or not hasattr(ids, "__iter__"):
         raise InputTypeError(f"{name} must be a list, array or tensor of ids, but got {type(ids).__name__}")
+    if isinstance(ids, torch.Tensor):
+        check_kind(ids, name)
     seq = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
     if not isinstance(seq, list):  # a 0-d array or tensor
         raise InputValueError(f"{name} must be one-dimensional, but got a scalar {seq!r}")
+    for i, x in enumerate(seq):
+        if _is_nan(x):
+            raise InputValueError(f"{name}[{i}] is NaN: a NaN never equals itself, so it cannot name a group or a "
+                                  f"question; pass integer or string ids")
     return seq
+
+
+def _is_nan(x: Any) -> bool:
+    """Whether an id is NaN (a float, a numpy float, or a tuple holding one)."""
+    if isinstance(x, (float, np.floating)):
+        return math.isnan(x)
+    return isinstance(x, tuple) and any(_is_nan(v) for v in x)
 
 
 def _check_length(got: int, want: int) -> None:
