@@ -28,7 +28,7 @@ import torch
 from . import inputs
 from .accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
 from .assemble import assemble_report, violation_metrics
-from .catalog.metrics import DISABLED_PARTS_KEY
+from .catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from .checks import group_violations, passk_violations, token_violations, violation
 from .config import MonitorConfig
 from .derive import user_metrics
@@ -278,12 +278,22 @@ class GRPOMonitor:
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        self._health_metrics(report)
         return report
+
+    def _health_metrics(self, report: StepReport) -> None:
+        """The monitor's own health in every report: parts off, parts retried, reports the sinks dropped."""
+        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        if self._guard.retried:
+            report.metrics[RETRIED_PARTS_KEY] = float(len(self._guard.retried))
+        dropped = self.sinks.dropped()
+        if dropped:
+            report.metrics[DROPPED_REPORTS_KEY] = float(dropped)
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
         self.sinks.emit(report)
+        self._guard.retried.clear()
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}
@@ -296,7 +306,7 @@ class GRPOMonitor:
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part``, drop its data; announce it once when it is switched off."""
+        """Log an internal fault of ``part``, drop its data; announce it once when it is off for the run."""
         if self._guard.record(part, self.step):
             self._guard.announce(part, self.step, self.sinks)
         self._drop(part)
@@ -317,7 +327,7 @@ class GRPOMonitor:
         if part != "end_step":
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        self._health_metrics(report)
         self._emit(report)
         return report
 

@@ -85,6 +85,10 @@ class SinkSet:
         main = self._main()
         return [s for s in self.sinks if main or not s.main_process_only]
 
+    def dropped(self) -> int:
+        """Reports dropped so far by every sink (blocked background sinks), 0 on a healthy run."""
+        return sum(h.dropped for h in self.health.values())
+
     def health_of(self, sink: Sink) -> SinkHealth:
         """The bookkeeping (failures, dropped reports) of ``sink`` (one of :attr:`sinks`)."""
         return self.health.setdefault(id(sink), SinkHealth())
