@@ -67,7 +67,8 @@ class GRPOMonitor:
         self.rank, self.world = rank_and_world()
         cfg = self.config
         self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
-                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout)
+                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout,
+                             when_full=cfg.sink_when_full)
         self.step = 0
         self.closed = False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
@@ -77,6 +78,7 @@ class GRPOMonitor:
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
+        self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -293,6 +295,7 @@ class GRPOMonitor:
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
         self.sinks.emit(report)
+        self._steps_ended += 1
         self._guard.retried.clear()
         self.step = report.step + 1
         self._acc = Accumulator()
@@ -339,7 +342,23 @@ class GRPOMonitor:
         (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
         """
         with self._lock:
+            if not self.closed and self._unfinished():
+                self._end_unfinished()
             self._close(failed=False)
+
+    def _unfinished(self) -> bool:
+        """Whether the current step holds observed data that no ``end_step`` has reported yet."""
+        acc = self._acc
+        return bool(acc.rollouts or acc.generations or acc.tokens is not None or self._extra)
+
+    def _end_unfinished(self) -> None:
+        """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""
+        text = f"grpo-monitor: close() ended step {self.step}, which had data observed but no end_step()"
+        if not self._steps_ended:
+            text += ("; end_step() was never called on this monitor: call it once per training step (the "
+                     "integrations do), else nothing reaches the sinks until close()")
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        self.end_step()
 
     def _close(self, failed: bool) -> None:
         if self.closed:
@@ -359,7 +378,13 @@ class GRPOMonitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         with self._lock:
-            self._close(failed=exc_type is not None)
+            if exc_type is None:
+                self.close()
+                return
+            if not self.closed and self._unfinished():
+                warnings.warn(f"grpo-monitor: step {self.step} was observed but not ended when the with-block "
+                              f"raised {exc_type.__name__}; its data is not reported", RuntimeWarning, stacklevel=2)
+            self._close(failed=True)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
