@@ -37,7 +37,7 @@ from .estimators.judge import DEVICE_PROMISES
 from .guard import Faults, fail_open, locked
 from .report import StepReport
 from .repro import save_repro
-from .run_state import RunState
+from .run_state import RunState, check_config, validate_state
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
@@ -413,11 +413,20 @@ class GRPOMonitor:
         with self._lock:
             return {"step": self.step, **self._run.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
+    def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
+        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
+
+        All or nothing: the whole state is validated first (``InputValueError`` naming every
+        bad field, the monitor untouched). A state saved under another declared ``group_size``
+        or ``std_convention`` is refused unless ``allow_config_change=True``. This monitor's
+        limits (``history_cap``, ``stuck_after``, ``success_halflife``) are kept.
+        """
         with self._lock:
-            self._run.load_state_dict(state)
-            self.step = int(state["step"])
+            saved = validate_state(state)
+            check_config(saved, self.config, allow_config_change)
+            run = RunState(self.config)
+            run.load_state_dict(saved.model_dump())
+            self._run, self.step = run, saved.step
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")
