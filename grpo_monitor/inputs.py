@@ -90,7 +90,7 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         ) from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature(fn: Callable[..., Any]) -> inspect.Signature:
     return inspect.signature(fn)
 
@@ -102,7 +102,7 @@ def nearest_name(wrong: str, valid: Sequence[str]) -> str:
     ('question_ids', 'advantages')
     """
     alias = _SYNONYM_OF.get(wrong) or _SYNONYM_OF.get(wrong.lower())
-    if alias in valid:
+    if alias is not None and alias in valid:
         return alias
     return max(valid, key=lambda v: difflib.SequenceMatcher(None, wrong.lower(), v).ratio())
 

@@ -22,8 +22,10 @@ class FailOpen:
     exception is a fault of the monitor part ``"<name> integration"``, kept by the
     monitor's own fail-open bookkeeping (:class:`grpo_monitor.guard.Faults`): logged once
     with its traceback, warned, and the integration is switched off for the rest of the
-    step, retried on the next (off for the run after ``PART_FAULTS`` faults in a row). Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
-    ``grpo/monitor/disabled_parts`` and as one alert through every sink. With
+    step, retried on the next (off for the run after ``PART_FAULTS`` faults in a row).
+    Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
+    ``grpo/monitor/disabled_parts``, ``grpo/monitor/retried_parts`` and, when it is off
+    for the run, as one alert through every sink. With
     ``monitor.config.strict`` the exception is re-raised instead (for tests).
     """
 

@@ -308,10 +308,12 @@ def _monitor_and_integrations() -> list[Metric]:
            section="Monitor", source="end_step"),
         _m(RETRIED_PARTS_KEY, "parts", "host-side count of this process", "sum", "Parts switched off by an "
            "internal fault on an earlier step and tried again on this one (absent: none); a part faulting on "
-           "3 steps in a row stays off.", section="Monitor", source="end_step"),
+           "3 steps in a row stays off.", only_when="a part is tried again after a fault", section="Monitor",
+           source="end_step"),
         _m(DROPPED_REPORTS_KEY, "reports", "host-side count of this process, over the run so far", "last",
            "Step reports a blocked background sink (W&B, TensorBoard, console) dropped so far (absent: none); "
-           "those steps are missing from that sink, not from the JSONL log.", section="Monitor", source="end_step"),
+           "those steps are missing from that sink, not from the JSONL log.",
+           only_when="a background sink dropped a report", section="Monitor", source="end_step"),
         _m("grpo/trl/frac_reward_zero_std", "fraction", "TRL's own value, averaged over the step's rollouts",
            "mean", "TRL's frac_reward_zero_std of the step.", **trl),
         _m("grpo/trl/frac_reward_zero_std_gap", "fraction", "exact degenerate rate minus TRL's, per step", "mean",

@@ -78,8 +78,8 @@ def test_a_sink_attribute_that_raises_is_read_once_and_never_reaches_training(at
 
 
 # ------------------------------------------------------------------ dropped reports
-def test_a_sink_that_dropped_reports_says_how_many_at_close_and_in_the_log(tmp_path):
-    """A blocked sink's dropped reports are counted in every later record (JSONL) and named at close()."""
+def _dropping_run(tmp_path: Path):
+    """10 steps into a JSONL log and a sink blocked behind a queue of 2: (reports, log path, warnings at close)."""
     gate = threading.Event()
     slow, log = Gated(gate), tmp_path / "run.jsonl"
     mon = GRPOMonitor(MonitorConfig(on_violation="ignore", sink_queue_size=2), sinks=[slow, JSONLSink(log)])
@@ -88,15 +88,37 @@ def test_a_sink_that_dropped_reports_says_how_many_at_close_and_in_the_log(tmp_p
         reports = _steps(mon, 10)
         gate.set()
         mon.close()
-    dropped = 10 - len(slow.steps)
-    assert dropped >= 6, slow.steps
+    texts = [str(w.message) for w in caught if issubclass(w.category, SinkWarning)]
+    return reports, log, texts, 10 - len(slow.steps)
+
+
+def test_a_sink_that_dropped_reports_says_how_many_at_close_and_in_the_log(tmp_path):
+    """A blocked sink's dropped reports are counted in every later record (JSONL) and named at close()."""
+    reports, log, texts, dropped = _dropping_run(tmp_path)
+    assert dropped >= 6
     assert reports[-1].metrics[DROPPED_REPORTS_KEY] >= dropped - 1  # the last report counts the drops before it
     records = list(read_jsonl(log))
     assert [r["step"] for r in records] == list(range(10))  # the durable log has every step
     assert DROPPED_REPORTS_KEY not in records[0]["metrics"]
     assert records[-1]["metrics"][DROPPED_REPORTS_KEY] == reports[-1].metrics[DROPPED_REPORTS_KEY]
-    texts = [str(w.message) for w in caught if issubclass(w.category, SinkWarning)]
     assert any(f"sink 'gated' dropped {dropped} of 10 reports" in t for t in texts), texts
+
+
+def test_the_report_and_the_demo_summary_say_reports_were_dropped(tmp_path):
+    """report.html and the demo's closing text name the dropped reports (the W&B copy lacks steps)."""
+    from grpo_monitor.demo import DemoConfig
+    from grpo_monitor.demo.run import DemoResult
+    from grpo_monitor.demo.summary import summary_text
+    from grpo_monitor.reporting import build_report
+
+    reports, log, _, _ = _dropping_run(tmp_path)
+    count = int(reports[-1].metrics[DROPPED_REPORTS_KEY])
+    html = build_report(log, tmp_path / "report").read_text()
+    assert 'id="dropped"' in html and f"{count} step reports dropped" in html
+    result = DemoResult(DemoConfig(), tmp_path, reports, [], None, None, 1.0, {"jsonl": str(log)})
+    assert f"dropped {count} step reports" in summary_text(result)
+    quiet = DemoResult(DemoConfig(), tmp_path, reports[:1], [], None, None, 1.0, {"jsonl": str(log)})
+    assert "dropped" not in summary_text(quiet)
 
 
 def test_backpressure_keeps_every_report_of_a_slow_sink():
