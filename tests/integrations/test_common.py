@@ -6,8 +6,8 @@ import pytest
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY
-from grpo_monitor.guard import PART_FAULTS
 from grpo_monitor.integrations._common import FailOpen, find_trainer
+from grpo_monitor.step.guard import PART_FAULTS
 from grpo_monitor.testing import RecordingSink
 
 

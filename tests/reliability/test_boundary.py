@@ -10,7 +10,7 @@ import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
-from grpo_monitor.inputs import InputTypeError, InputValueError
+from grpo_monitor.step.inputs import InputTypeError, InputValueError
 from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
@@ -55,7 +55,7 @@ def test_an_unknown_keyword_is_a_type_error_naming_the_nearest_valid_one(method,
 
 def test_a_keyword_added_later_to_a_signature_gets_the_same_treatment():
     """The valid names come from the method's signature, so a new keyword is suggested with no list to update."""
-    from grpo_monitor import guard
+    from grpo_monitor.step import guard
 
     class Wider(GRPOMonitor):
         @guard.fail_open("rollout")

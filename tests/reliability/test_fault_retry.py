@@ -12,7 +12,7 @@ import grpo_monitor.monitor as monitor_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
 from grpo_monitor.catalog.metrics import RETRIED_PARTS_KEY as RETRIED
-from grpo_monitor.guard import PART_FAULTS
+from grpo_monitor.step.guard import PART_FAULTS
 from grpo_monitor.testing import RecordingSink
 from references import advantages
 

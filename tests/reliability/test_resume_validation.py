@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.inputs import InputError
+from grpo_monitor.step.inputs import InputError
 from references import advantages
 
 G, GROUPS = 4, 6
