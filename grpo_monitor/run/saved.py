@@ -147,7 +147,7 @@ def check_config(saved: MonitorState, config: MonitorConfig, allow_config_change
         return
     clashes = [f"{name}={old!r} (this monitor: {new!r})" for name, old, new, unset in (
         ("group_size", saved.config.group_size, config.group_size, None),
-        ("std_convention", saved.config.std_convention, config.std_convention, "auto"),
+        ("estimator", saved.config.std_convention, config.std_convention, "auto"),
     ) if old != new and unset not in (old, new)]
     if clashes:
         raise InputValueError(f"the monitor state was saved by a run with {' and '.join(clashes)}; nothing was "

@@ -88,7 +88,7 @@ def test_a_bad_state_is_refused_naming_the_field_and_the_monitor_is_untouched(sa
 
 @pytest.mark.parametrize("other, word", [
     pytest.param(dict(group_size=8), "group_size", id="group-size"),
-    pytest.param(dict(std_convention="bessel"), "std_convention", id="estimator"),
+    pytest.param(dict(std_convention="bessel"), "estimator", id="estimator"),
 ])
 def test_a_state_from_another_group_size_or_estimator_is_refused_unless_told(saved, other, word):
     """A foreign run's state is refused naming both values; allow_config_change=True loads it."""
