@@ -72,7 +72,7 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
     >>> def observe(rewards, *, question_ids=None): ...
     >>> check_call(observe, [1], {"prompt_ids": [0]})  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    grpo_monitor.inputs.InputTypeError: observe() got an unexpected keyword argument 'prompt_ids'; did you mean ...
+    grpo_monitor.step.inputs.InputTypeError: observe() got an unexpected keyword argument 'prompt_ids'; did you mean ...
     """
     sig = _signature(fn)
     try:
@@ -140,7 +140,7 @@ def check_kind(tensor: torch.Tensor, name: str) -> None:
 
     >>> check_kind(torch.ones(2, 2).to_sparse(), "rewards")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    grpo_monitor.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
+    grpo_monitor.step.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
     """
     if tensor.is_nested:
         what, fix = "a nested tensor (ragged rows)", "pad it (torch.nested.to_padded_tensor) and pass a mask"
