@@ -387,6 +387,11 @@ class GRPOMonitor:
         return self.__reduce_ex__(None)
 
     @property
+    def tracked_questions(self) -> int:
+        """Questions the per-question history holds now (at most ``config.history_cap``)."""
+        return len(self._run.questions.history)
+
+    @property
     def violation_counts(self) -> dict[str, int]:
         """How many times each invariant broke so far."""
         return dict(self._run.counts)
