@@ -25,7 +25,6 @@ from typing import Any
 
 import torch
 
-from .catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
@@ -267,17 +266,8 @@ class GRPOMonitor:
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        self._health_metrics(report)
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         return report
-
-    def _health_metrics(self, report: StepReport) -> None:
-        """The monitor's own health in every report: parts off, parts retried, reports the sinks dropped."""
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
-        if self._guard.retried:
-            report.metrics[RETRIED_PARTS_KEY] = float(len(self._guard.retried))
-        dropped = self.sinks.dropped()
-        if dropped:
-            report.metrics[DROPPED_REPORTS_KEY] = float(dropped)
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
@@ -317,7 +307,7 @@ class GRPOMonitor:
         if part != "end_step":
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        self._health_metrics(report)
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         self._emit(report)
         return report
 
@@ -408,10 +398,8 @@ class GRPOMonitor:
     def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
         """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
 
-        All or nothing: the whole state is validated first (``InputValueError`` naming every
-        bad field, the monitor untouched). A state saved under another declared ``group_size``
-        or ``std_convention`` is refused unless ``allow_config_change=True``. This monitor's
-        limits (``history_cap``, ``stuck_after``, ``success_halflife``) are kept.
+        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`);
+        a state of another declared group size or estimator is refused unless ``allow_config_change``.
         """
         with self._lock:
             saved = validate_state(state)

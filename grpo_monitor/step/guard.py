@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from ..violations import InvariantViolation
 from .inputs import InputError, check_call
 
@@ -200,6 +201,15 @@ class Faults:
         log.warning(text)
         warnings.warn(text, RuntimeWarning, stacklevel=1)
         return True
+
+    def health(self, dropped: int) -> dict[str, float]:
+        """The monitor's own health for every report: parts off, parts retried, reports the sinks ``dropped``."""
+        out = {DISABLED_PARTS_KEY: float(len(self.disabled))}
+        if self.retried:
+            out[RETRIED_PARTS_KEY] = float(len(self.retried))
+        if dropped:
+            out[DROPPED_REPORTS_KEY] = float(dropped)
+        return out
 
     def succeeded(self, part: str) -> None:
         """A call of ``part`` worked: its streak of faults in a row ends."""
