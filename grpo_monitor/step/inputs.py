@@ -74,7 +74,10 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
     Traceback (most recent call last):
     grpo_monitor.step.inputs.InputTypeError: observe() got an unexpected keyword argument 'prompt_ids'; did you mean ...
     """
-    sig = _signature(fn)
+    shape = _shape(fn)
+    if shape.binds(args, kwargs):  # the common case, a few set operations
+        return
+    sig = shape.signature
     try:
         sig.bind(*args, **kwargs)
     except TypeError as exc:
@@ -90,9 +93,35 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         ) from None
 
 
+@dataclasses.dataclass(frozen=True)
+class _CallShape:
+    """What a call must look like to bind to ``signature`` (a plain signature: no ``*args``/``**kwargs``)."""
+
+    signature: inspect.Signature
+    positional: tuple[str, ...]  # positional-or-keyword parameters, in order
+    required: tuple[str, ...]  # parameters without a default
+    keywords: frozenset[str]  # names a keyword may take
+    plain: bool  # no *args/**kwargs, no positional-only parameter: binds() can answer
+
+    def binds(self, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+        """True when the call binds (False: ask the signature, which words the error)."""
+        if not self.plain or len(args) > len(self.positional) or not self.keywords.issuperset(kwargs):
+            return False
+        given = set(self.positional[:len(args)])
+        return given.isdisjoint(kwargs) and all(n in given or n in kwargs for n in self.required)
+
+
 @functools.cache
-def _signature(fn: Callable[..., Any]) -> inspect.Signature:
-    return inspect.signature(fn)
+def _shape(fn: Callable[..., Any]) -> _CallShape:
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    kinds = {p.kind for p in params}
+    plain = not kinds & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD,
+                         inspect.Parameter.POSITIONAL_ONLY}
+    return _CallShape(
+        sig, tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD),
+        tuple(p.name for p in params if p.default is p.empty), frozenset(p.name for p in params), plain,
+    )
 
 
 def nearest_name(wrong: str, valid: Sequence[str]) -> str:
