@@ -26,7 +26,8 @@ import torch
 
 from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from ..violations import InvariantViolation
-from .inputs import InputError, check_call
+from .calls import check_call
+from .inputs import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("grpo_monitor")
