@@ -71,6 +71,10 @@ _RECORDS = (
 #: Every aggregation by name, in index order.
 AGGREGATIONS: Mapping[str, Aggregation] = {a.name: a for a in _RECORDS}
 
+#: The order an "auto" fit tries them: a fitted constant normaliser last, as every constant denominator fits it.
+FIT_ORDER = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "token_sum", "seq_mean_token_sum_norm",
+             "constant_normalizer")
+
 #: Trainer names -> (aggregation, scope). TRL 1.16 ``loss_type`` and verl 0.9.1 ``loss_agg_mode``.
 ALIASES: Mapping[str, tuple[str, Scope]] = {
     "trl.grpo": ("seq_mean_token_mean", "micro_batch"),
@@ -196,7 +200,7 @@ def fit_aggregation(rows: Any, tol: float, prefer: str | None = None, normalizer
     or no row is checkable."""
     if not rows.checked().any():
         return None
-    order = ([prefer] if prefer in AGGREGATIONS else []) + [a for a in AGGREGATIONS if a != prefer]
+    order = ([prefer] if prefer in AGGREGATIONS else []) + [a for a in FIT_ORDER if a != prefer]
     for name in order:
         found = match(rows, name, "auto", normalizer if name == "constant_normalizer" else None, tol)
         if found is not None:
