@@ -41,8 +41,8 @@ class Tolerances(BaseModel):
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
     on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")
     loss_aggregation: float = Field(
-        1e-4, gt=0, description="max relative deviation of a row's measured token weight from the declared "
-        "aggregation's (see docs/loss_weights.md for the float32 noise it was calibrated on)",
+        1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
+        "aggregation's, at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
     )
 
 

@@ -171,6 +171,11 @@ def deviations(rows: Any, name: str, denominator: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(off), off, np.inf)
 
 
+def row_tolerance(rows: Any, tol: float) -> np.ndarray:
+    """Per row: ``tol``, or 16 epsilons of the weights' dtype when larger (bfloat16 log-probs: 0.125)."""
+    return np.maximum(tol, 16.0 * rows.eps)
+
+
 def fitted_normalizer(rows: Any, scope: Scope) -> float | None:
     """``T`` of ``constant_normalizer`` read off the checked rows (median of ``1 / (c B)``), None without rows."""
     checked = rows.checked()
@@ -189,8 +194,9 @@ def match(rows: Any, name: str, scope: Scope, normalizer: float | None, tol: flo
         if name == "constant_normalizer" and t is None:
             t = fitted_normalizer(rows, sc)
         for denominator in denominators(name, sc, rows, t):
-            worst = float(deviations(rows, name, denominator)[checked].max(initial=0.0))
-            if worst <= tol:
+            off = deviations(rows, name, denominator)[checked]
+            worst = float(off.max(initial=0.0))
+            if bool((off <= row_tolerance(rows, tol)[checked]).all()):
                 return Fit(name, sc, t if name == "constant_normalizer" else None, worst)
     return None
 
@@ -219,7 +225,7 @@ def offending_rows(rows: Any, name: str, scope: Scope, normalizer: float | None,
     for sc in (("micro_batch", "step") if scope == "auto" else (scope,)):
         t = normalizer if normalizer is not None or name != "constant_normalizer" else fitted_normalizer(rows, sc)
         for denominator in denominators(name, sc, rows, t):
-            bad = checked & (deviations(rows, name, denominator) > tol)
+            bad = checked & (deviations(rows, name, denominator) > row_tolerance(rows, tol))
             expected = 1.0 / (denominator * (rows.length if AGGREGATIONS[name].per_length else 1.0))
             if best is None or int(bad.sum()) < best[0]:
                 best = (int(bad.sum()), bad, expected)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 ROW_COLUMNS = ("weight", "c_mean", "c_min", "c_max", "length", "advantage", "group", "degenerate", "micro", "row",
-               "source_row", "width", "checkable", "measured")
+               "source_row", "width", "checkable", "measured", "eps")
 _COL = {name: i for i, name in enumerate(ROW_COLUMNS)}
 RATIO_ONE = 1e-6  # |logprobs - old_logprobs| (nats) below which a token counts as at ratio 1
 
@@ -66,7 +66,8 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
     ``c = -w / A`` per valid token with ``A != 0`` (mean, min, max per row; NaN without such a
     token); ``weight`` = sum of ``|w|`` over valid tokens (NaN when ``w`` is None: derived later).
     ``group``/``degenerate``/``source_row``: the rollout row's group, whether it is degenerate, its
-    index (-1/NaN: unknown); ``checkable``: ratio 1 and no KL on every valid token (default all).
+    index (-1/NaN: unknown); ``checkable``: ratio 1 and no KL on every valid token (default all);
+    ``eps``: the machine epsilon of ``w``'s dtype (the check's tolerance is at least 16 of them).
     """
     valid = mask > 0
     b, t = valid.shape
@@ -94,6 +95,7 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
         row=torch.arange(b, device=dev, dtype=torch.float64),
         source_row=source_row.double() if source_row is not None else nan.nan_to_num(-1.0), width=float(t),
         checkable=checkable.double() if checkable is not None else 1.0, measured=float(w is not None),
+        eps=torch.finfo(w.dtype).eps if w is not None and w.is_floating_point() else 0.0,
     )
     return torch.stack([torch.as_tensor(cols[n], dtype=torch.float64, device=dev).expand(b) for n in ROW_COLUMNS],
                        dim=1)
