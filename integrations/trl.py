@@ -97,9 +97,10 @@ def loss_aggregation(trainer: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"loss_aggregation": "auto"}
     if name not in ALIASES:
         return out
+    vllm_weights = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction",
+                                                                   False)
     masked = (float(getattr(trainer, "top_entropy_quantile", 1.0)) < 1.0
-              or getattr(trainer, "off_policy_mask_threshold", None) is not None
-              or (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False))
+              or getattr(trainer, "off_policy_mask_threshold", None) is not None or vllm_weights
               or (loss_type == "cispo" and float(trainer.epsilon_high) < 1.0))
     step_scoped = ALIASES[name][1] == "step"
     spg = getattr(args, "steps_per_generation", None) or args.gradient_accumulation_steps

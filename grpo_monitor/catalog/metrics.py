@@ -310,11 +310,13 @@ def _weights() -> list[Metric]:
            "of degenerate (all-equal reward) groups. The reward term gives them none: above 0 a KL term acts on "
            "them (it may) or a stabilizer gave a constant group an advantage (it should not).",
            panel="where the update goes", **w, **rows),
-        _m("grpo/weights/effective_responses", "responses", rs, "mean", "One over the sum of squared per-response shares of "
-           "|weight|: how many responses the update really rests on (all equal: the number of responses).",
+        _m("grpo/weights/effective_responses", "responses", rs, "mean", "One over the sum of squared "
+           "per-response shares of |weight|: how many responses the update really rests on (all equal: the "
+           "number of responses).",
            panel="effective responses and questions", **w),
-        _m("grpo/weights/effective_questions", "questions", rs, "mean", "One over the sum of squared per-question shares of "
-           "|weight|: how many questions the update really rests on.", panel="effective responses and questions",
+        _m("grpo/weights/effective_questions", "questions", rs, "mean", "One over the sum of squared "
+           "per-question shares of |weight|: how many questions the update really rests on.",
+           panel="effective responses and questions",
            **w, **rows),
         _m("grpo/weights/top_question_share", "fraction", rs, "max", "The largest share of |weight| one question "
            "takes; near 1 a single prompt drives the step.", panel="where the update goes", summary="max",

@@ -117,7 +117,7 @@ def resolve(name: str, scope: Scope = "auto") -> tuple[str, Scope]:
 
 def aggregation_index(name: str | None) -> float:
     """The stable index of an aggregation (-1: none)."""
-    return float(AGGREGATIONS[name].index) if name in AGGREGATIONS else -1.0
+    return float(AGGREGATIONS[name].index) if name is not None and name in AGGREGATIONS else -1.0
 
 
 
@@ -202,11 +202,11 @@ def match(rows: Any, name: str, scope: Scope, normalizer: float | None, tol: flo
 
 
 def fit_aggregation(rows: Any, tol: float, prefer: str | None = None, normalizer: float | None = None) -> Fit | None:
-    """The first aggregation (``prefer`` first, then index order) every checked row follows; None: none does
+    """The first aggregation (``prefer`` first, then ``FIT_ORDER``) every checked row follows; None: none does
     or no row is checkable."""
     if not rows.checked().any():
         return None
-    order = ([prefer] if prefer in AGGREGATIONS else []) + [a for a in FIT_ORDER if a != prefer]
+    order = ([prefer] if prefer is not None and prefer in AGGREGATIONS else []) + [a for a in FIT_ORDER if a != prefer]
     for name in order:
         found = match(rows, name, "auto", normalizer if name == "constant_normalizer" else None, tol)
         if found is not None:

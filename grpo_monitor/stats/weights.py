@@ -20,7 +20,6 @@ family (exact sums over the step's rows). Fit and check of the aggregation:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 import torch
@@ -44,17 +43,17 @@ def unmeasurable(loss: torch.Tensor, logprobs: torch.Tensor | None) -> str | Non
     return None
 
 
-def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[torch.Tensor | None, str | None]:
     """``(w, None)`` with ``w = dloss/dlogprobs`` (zeros where the loss does not use a token), or
     ``(None, why)``. ``retain_graph=True`` leaves the graph for the trainer's ``backward``, and
     ``autograd.grad`` accumulates into no ``.grad`` (the parameters' gradients stay untouched)."""
     why = unmeasurable(loss, logprobs)
-    if why is not None:
-        return None, why  # type: ignore[return-value]
+    if why is not None or logprobs is None:
+        return None, why
     try:
         (w,) = torch.autograd.grad(loss.reshape(()), logprobs, retain_graph=True, allow_unused=True)
     except RuntimeError as exc:  # e.g. logprobs not on loss's graph, or a graph already freed
-        return None, f"autograd.grad(loss, logprobs) failed: {exc}"  # type: ignore[return-value]
+        return None, f"autograd.grad(loss, logprobs) failed: {exc}"
     return (torch.zeros_like(logprobs) if w is None else w.detach()), None
 
 
@@ -117,6 +116,22 @@ def checkable_rows(mask: torch.Tensor, logprobs: torch.Tensor | None, old_logpro
 
 class WeightRows:
     """The step's per-response rows on the host, one attribute per :data:`ROW_COLUMNS` name."""
+
+    weight: np.ndarray
+    c_mean: np.ndarray
+    c_min: np.ndarray
+    c_max: np.ndarray
+    length: np.ndarray
+    advantage: np.ndarray
+    group: np.ndarray
+    degenerate: np.ndarray
+    micro: np.ndarray
+    row: np.ndarray
+    source_row: np.ndarray
+    width: np.ndarray
+    checkable: np.ndarray
+    measured: np.ndarray
+    eps: np.ndarray
 
     def __init__(self, table: np.ndarray):
         self.table = np.asarray(table, dtype=np.float64).reshape(-1, len(ROW_COLUMNS))
