@@ -180,7 +180,7 @@ def test_without_autograd_it_says_so_once_and_derives_weights():
 
 def test_bad_loss_and_rows_arguments_are_worded():
     """A per-token loss or rows of the wrong length raise input errors naming the argument."""
-    from grpo_monitor.inputs import InputError
+    from grpo_monitor.step.inputs import InputError
 
     mon = GRPOMonitor(MonitorConfig(group_size=G))
     mask = torch.ones(2, 3)

@@ -1,4 +1,4 @@
-"""The monitor's loss-weights part: its small accumulator and its step summary.
+"""The monitor's loss-weights part (step side): its small accumulator and its step summary.
 
 :class:`LossWeights` keeps what crosses calls: the latest rollout's row -> group map (so
 ``observe_loss(rows=)`` links a micro-batch's rows to groups on the device), the step's
@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .stats import aggregations as agg
-from .stats.weights import ROW_COLUMNS, WeightRows, checkable_rows, measure_weights, row_records, weight_metrics
+from ..stats import aggregations as agg
+from ..stats.weights import ROW_COLUMNS, WeightRows, checkable_rows, measure_weights, row_records, weight_metrics
 
 log = logging.getLogger("grpo_monitor")
 

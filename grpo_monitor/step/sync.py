@@ -14,9 +14,9 @@ import dataclasses
 
 import torch
 
+from ..stats.fields import FieldLayout
 from .accumulator import LEDGER, ROLLOUT, Accumulator, HostGroups, RolloutRecord
 from .distributed import all_reduce_fields, gather_objects, rank_and_world
-from .stats.fields import FieldLayout
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +34,7 @@ class SyncedStep:
     ledger: dict[str, float] | None = None
     tokens: dict[str, float] | None = None
     groups: HostGroups | None = None
-    weights: torch.Tensor | None = None  # the step's loss-weight rows (grpo_monitor.loss_weights), this rank's
+    weights: torch.Tensor | None = None  # the step's loss-weight rows (grpo_monitor.step.weights), this rank's
 
     @property
     def has_rollout(self) -> bool:
