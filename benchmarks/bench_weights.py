@@ -62,9 +62,9 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from tiny_trl import build_tiny_model, make_trainer
 
     from grpo_monitor.integrations import trl as gtrl
+    from tiny_trl import build_tiny_model, make_trainer
 
     torch.manual_seed(0)
     _instrument()

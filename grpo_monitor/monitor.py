@@ -27,7 +27,6 @@ import torch
 
 from .catalog.metrics import DISABLED_PARTS_KEY
 from .config import MonitorConfig
-from .step.weights import LossWeights, summarize
 from .report import StepReport
 from .repro.save import save_repro
 from .run.state import RunState
@@ -43,6 +42,7 @@ from .step.distributed import rank_and_world
 from .step.guard import Faults, fail_open, locked
 from .step.metrics import assemble_report, user_metrics, violation_metrics
 from .step.sync import SyncedStep, sync_step
+from .step.weights import LossWeights, summarize
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
