@@ -42,6 +42,7 @@ class LossWeights:
         self.reference: RolloutRows | None = None
         self.rows: list[torch.Tensor] = []
         self.announced: set[str] = set()
+        self.pending: list[str] = []  # reasons seen inside a trace, announced at the step's end (eagerly)
 
     def set_reference(self, gid: torch.Tensor, degenerate: torch.Tensor, labels: Sequence[Hashable]) -> None:
         """``observe_rollout``'s rows: ``observe_loss(rows=)`` indexes them."""
@@ -58,7 +59,7 @@ class LossWeights:
         if loss is not None:
             w, why = measure_weights(loss, logprobs)
             if why is not None:
-                self._announce(why)
+                self.pending.append(why)  # no logging here: inside torch.compile(fullgraph=True) it cannot trace
         group, degenerate, source = self._link(rows, mask.shape[0], mask.device)
         check = checkable_rows(mask, tensors.get("logprobs"), tensors.get("old_logprobs"), tensors.get("ref_logprobs"))
         self.rows.append(row_records(mask, adv, w, micro=len(self.rows), group=group, degenerate=degenerate,
@@ -78,18 +79,24 @@ class LossWeights:
         degenerate = torch.where(inside, ref.degenerate.to(device)[group.clamp(min=0)].double(), math.nan)
         return group, degenerate, torch.where(inside, idx, -1)
 
+    def announce(self) -> None:
+        """Say once per reason (at the step's end) that weights fell back to derived ones."""
+        pending, self.pending = self.pending, []
+        for why in dict.fromkeys(pending):
+            self._announce(why)
+
     def _announce(self, why: str) -> None:
-        """Say once per reason that weights fall back to derived ones."""
         if why in self.announced:
             return
         self.announced.add(why)
         text = f"grpo-monitor: loss weights not measured ({why}); using weights derived from the declared " \
                "loss_aggregation (grpo/weights/measured < 1)"
         log.warning(text)
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warnings.warn(text, RuntimeWarning, stacklevel=4)
 
     def flat(self) -> torch.Tensor | None:
         """The step's rows as one flat float64 vector for the step's sync; None without rows."""
+        self.announce()
         if not self.rows:
             return None
         return torch.cat([r.to(self.rows[0].device) for r in self.rows]).reshape(-1)

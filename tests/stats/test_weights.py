@@ -169,10 +169,11 @@ def test_without_autograd_it_says_so_once_and_derives_weights():
     mon = GRPOMonitor(MonitorConfig(group_size=G, loss_aggregation="seq_mean_token_mean", strict=True))
     mon.observe_rollout(rewards, advantages=adv.reshape(B, G))
     logp = torch.zeros(B * G, T)
-    with pytest.warns(RuntimeWarning, match="not measured"):
-        mon.observe_loss(mask=mask, advantages=adv, logprobs=logp, loss=torch.tensor(1.0))
-    mon.observe_loss(mask=mask, advantages=adv, logprobs=logp, loss=torch.tensor(1.0))  # no second warning
-    report = mon.end_step()
+    mon.observe_loss(mask=mask, advantages=adv, logprobs=logp, loss=torch.tensor(1.0))
+    mon.observe_loss(mask=mask, advantages=adv, logprobs=logp, loss=torch.tensor(1.0))
+    with pytest.warns(RuntimeWarning, match="not measured") as caught:
+        report = mon.end_step()
+    assert len([w for w in caught if "not measured" in str(w.message)]) == 1
     assert report.metrics["grpo/weights/measured"] == 0.0
     assert report.metrics["grpo/weights/length_slope"] == pytest.approx(0.0, abs=1e-12)
     assert report.metrics["grpo/weights/aggregation_id"] == AGGREGATIONS["seq_mean_token_mean"].index
@@ -190,3 +191,26 @@ def test_bad_loss_and_rows_arguments_are_worded():
         mon.observe_loss(mask=mask, advantages=torch.ones(2), rows=[0, 1, 2])
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         MonitorConfig(loss_aggregation="mean")
+
+
+@pytest.mark.parametrize("fullgraph", [False, True], ids=["graph-breaks", "fullgraph"])
+def test_inside_torch_compile_it_says_so_once_and_derives(fullgraph):
+    """observe_loss(loss=) inside a compiled step: no error, one warning at the step's end, derived weights."""
+    rewards, adv, mask, _ = _batch()
+    mon = GRPOMonitor(MonitorConfig(group_size=G, loss_aggregation="token_mean", strict=True))
+    mon.observe_rollout(rewards, advantages=adv.reshape(B, G))
+
+    def step(mask, logprobs, adv):
+        loss = -(adv[:, None] * logprobs * mask).sum() / mask.sum()
+        mon.observe_loss(mask=mask, advantages=adv, logprobs=logprobs, loss=loss)
+        return loss
+
+    torch._dynamo.reset()
+    lp = torch.randn(B * G, T).requires_grad_()
+    torch.compile(step, backend="eager", fullgraph=fullgraph)(mask, lp, adv).backward()
+    with pytest.warns(RuntimeWarning, match="inside torch.compile"):
+        report = mon.end_step()
+    assert report.metrics["grpo/weights/measured"] == 0.0
+    assert report.metrics["grpo/weights/aggregation_id"] == AGGREGATIONS["token_mean"].index
+    assert report.metrics["grpo/weights/length_slope"] == pytest.approx(1.0)
+    assert torch.allclose(lp.grad, -(adv[:, None] * mask) / mask.sum())  # the backward is untouched
