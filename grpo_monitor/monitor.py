@@ -218,7 +218,7 @@ class GRPOMonitor:
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step)
         if synced.weights is not None:
-            found += self._guarded_weights(self._check_weights, synced.weights) or []
+            found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
         return found
 
     def _guarded_weights(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -236,10 +236,11 @@ class GRPOMonitor:
             self._weights.end_step()
             return None
 
-    def _check_weights(self, flat: torch.Tensor) -> list[Violation]:
-        """The ``grpo/weights/`` metrics of the step (kept for the report) and the ``loss_aggregation`` check."""
+    def _check_weights(self, flat: torch.Tensor, every_rank: tuple | None) -> list[Violation]:
+        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
+        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
         ref = self._weights.reference
-        summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None)
+        summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None, every_rank)
         self._weights_metrics = summary.metrics
         if summary.offending is None:
             return []

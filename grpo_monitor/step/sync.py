@@ -35,6 +35,7 @@ class SyncedStep:
     tokens: dict[str, float] | None = None
     groups: HostGroups | None = None
     weights: torch.Tensor | None = None  # the step's loss-weight rows (grpo_monitor.step.weights), this rank's
+    all_weights: tuple | None = None  # every rank's rows (numpy arrays or None), in rank order, on several ranks
 
     @property
     def has_rollout(self) -> bool:
@@ -76,9 +77,16 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
     if weights is not None:
         weight_rows, offset = host[offset:offset + weights.numel()], offset + weights.numel()
     groups = acc.host_groups(host[offset:].numpy())
+    all_weights = None
+    if collective and rank_and_world()[1] > 1:  # every rank joins: one object gather (rows, and shard groups)
+        mine = weight_rows.numpy() if weight_rows is not None else None
+        gathered = gather_objects((None if global_scope else groups, mine))
+        all_weights = tuple(w for _, w in gathered)
+        if not global_scope:
+            groups = HostGroups.union([g for g, _ in gathered])
     return dataclasses.replace(
         out, ledger=LEDGER.to_dict(pieces["ledger"].tolist()), tokens=_tokens(pieces.get("tokens"), acc, token_layout),
-        groups=groups if global_scope or not collective else union_groups(groups), weights=weight_rows,
+        groups=groups, weights=weight_rows, all_weights=all_weights,
     )
 
 

@@ -116,8 +116,10 @@ class WeightsSummary:
     count: int = 0
 
 
-def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None) -> WeightsSummary:
-    """Fit and check the aggregation on the synced rows, derive missing weights, compute the metrics."""
+def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None,
+              every_rank: Sequence[np.ndarray | None] | None = None) -> WeightsSummary:
+    """Fit and check the aggregation on this rank's rows, derive missing weights, compute the metrics (over
+    ``every_rank``'s rows when given: the same values on every rank)."""
     rows = WeightRows(flat)
     tol = config.tolerances.loss_aggregation
     declared, scope = agg.resolve(config.loss_aggregation, config.loss_scope) \
@@ -129,12 +131,25 @@ def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None) 
         fit = agg.fit_aggregation(rows, tol, normalizer=config.loss_normalizer)
         if declared is not None and checked:
             offending, groups, count = _describe(rows, declared, scope, config.loss_normalizer, tol, fit, labels)
-    if np.isnan(rows.weight).any():
-        rows = rows.with_weight(_derived_weight(rows, declared, scope, config.loss_normalizer))
-    metrics = weight_metrics(rows)
+    parts = [WeightRows(r) for r in every_rank if r is not None] if every_rank is not None else [rows]
+    parts = [p.with_weight(_derived_weight(p, declared, scope, config.loss_normalizer))
+             if np.isnan(p.weight).any() else p for p in parts]
+    metrics = weight_metrics(_concat(parts))
     name = fit.name if fit is not None else (declared if not checked else None)
     metrics["grpo/weights/aggregation_id"] = agg.aggregation_index(name)
     return WeightsSummary(metrics, offending, groups, count)
+
+
+def _concat(parts: Sequence[WeightRows]) -> WeightRows:
+    """Every rank's rows as one table, micro-batches numbered apart (rank r's after rank r-1's)."""
+    tables, offset = [], 0.0
+    micro = ROW_COLUMNS.index("micro")
+    for p in parts:
+        t = p.table.copy()
+        t[:, micro] += offset
+        offset = float(t[:, micro].max()) + 1 if len(t) else offset
+        tables.append(t)
+    return WeightRows(np.concatenate(tables) if tables else np.zeros((0, len(ROW_COLUMNS))))
 
 
 def _derived_weight(rows: WeightRows, declared: str | None, scope: str, normalizer: float | None) -> np.ndarray:
