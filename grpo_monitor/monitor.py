@@ -78,6 +78,7 @@ class GRPOMonitor:
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
         self._weights = LossWeights()  # the loss's token weights: the step's rows, the rollout they index
         self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
+        self._weights_histograms: dict[str, list[float]] = {}
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -242,6 +243,7 @@ class GRPOMonitor:
         ref = self._weights.reference
         summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None, every_rank)
         self._weights_metrics = summary.metrics
+        self._weights_histograms = summary.histograms
         if summary.offending is None:
             return []
         return [violation("loss_aggregation", self.step, summary.offending, self.config, summary.groups,
@@ -308,6 +310,7 @@ class GRPOMonitor:
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update(self._weights_metrics)
+        report.histograms.update(self._weights_histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
         return report
@@ -319,7 +322,7 @@ class GRPOMonitor:
         self._acc = Accumulator()
         self._extra = {}
         self._weights.end_step()
-        self._weights_metrics = {}
+        self._weights_metrics, self._weights_histograms = {}, {}
 
     # ----------------------------------------------------------- fail-open
     @property

@@ -332,6 +332,14 @@ def _weights() -> list[Metric]:
            "The loss aggregation the weights follow, as its index in grpo_monitor.stats.aggregations.AGGREGATIONS "
            "(0 token_mean, 1 seq_mean_token_mean, 2 seq_mean_token_sum, 3 seq_mean_token_sum_norm, 4 "
            "constant_normalizer, 5 token_sum; -1 none fits); the declared one when weights are derived.", **w),
+        _m("grpo/weights/response_length", "tokens", rs, "per step", "Valid tokens of the step's live responses (at "
+           "most 512, evenly strided), aligned with grpo/weights/response_weight: the report's weight-against-length "
+           "figure.", kind="histogram", **w),
+        _m("grpo/weights/response_weight", "ratio to the mean", rs, "per step", "|weight| / |advantage| of the same "
+           "responses, scaled to mean 1: flat in length for per-response means, proportional to it for token sums.",
+           kind="histogram", **w),
+        _m("grpo/weights/question_share", "fraction", rs, "per step", "Each question's share of the step's |weight| "
+           "(at most 512): the per-question weight distribution.", kind="histogram", **w, **rows),
     ]
 
 

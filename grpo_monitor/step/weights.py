@@ -111,6 +111,7 @@ class WeightsSummary:
     """The step's ``grpo/weights/`` metrics and the aggregation check's finding (None: no breach)."""
 
     metrics: dict[str, float]
+    histograms: dict[str, list[float]]
     offending: str | None
     groups: tuple = ()
     count: int = 0
@@ -134,10 +135,28 @@ def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None,
     parts = [WeightRows(r) for r in every_rank if r is not None] if every_rank is not None else [rows]
     parts = [p.with_weight(_derived_weight(p, declared, scope, config.loss_normalizer))
              if np.isnan(p.weight).any() else p for p in parts]
-    metrics = weight_metrics(_concat(parts))
+    union = _concat(parts)
+    metrics = weight_metrics(union)
     name = fit.name if fit is not None else (declared if not checked else None)
     metrics["grpo/weights/aggregation_id"] = agg.aggregation_index(name)
-    return WeightsSummary(metrics, offending, groups, count)
+    return WeightsSummary(metrics, weight_histograms(union), offending, groups, count)
+
+
+def weight_histograms(rows: WeightRows, limit: int = 512) -> dict[str, list[float]]:
+    """For the report: live responses' lengths and |weight| / |A| (aligned, at most ``limit``, evenly strided,
+    scaled to mean 1), and the per-question shares of |weight| when rows are linked to groups."""
+    live = (np.abs(rows.advantage) > 0) & (rows.length > 0) & (rows.weight > 0)
+    out: dict[str, list[float]] = {}
+    if live.any():
+        per_adv = rows.weight[live] / np.abs(rows.advantage[live])
+        stride = max(1, -(-int(live.sum()) // limit))
+        out["grpo/weights/response_length"] = rows.length[live][::stride].tolist()
+        out["grpo/weights/response_weight"] = (per_adv / per_adv.mean())[::stride].tolist()
+    total = float(np.nansum(rows.weight))
+    if total > 0 and len(rows) and (rows.group >= 0).all():
+        shares = np.bincount(rows.group.astype(np.int64), weights=rows.weight / total)
+        out["grpo/weights/question_share"] = shares[shares > 0][:limit].tolist()
+    return out
 
 
 def _concat(parts: Sequence[WeightRows]) -> WeightRows:
