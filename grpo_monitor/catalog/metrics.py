@@ -336,7 +336,8 @@ def _weights() -> list[Metric]:
            "most 512, evenly strided), aligned with grpo/weights/response_weight: the report's weight-against-length "
            "figure.", kind="histogram", **w),
         _m("grpo/weights/response_weight", "ratio to the mean", rs, "per step", "The |weight| / |advantage| "
-           "of the same responses, scaled to mean 1: flat in length for per-response means, proportional to it for token sums.",
+           "of the same responses, scaled to mean 1: flat in length for per-response means, proportional to it "
+           "for token sums.",
            kind="histogram", **w),
         _m("grpo/weights/question_share", "fraction", rs, "per step", "Each question's share of the step's |weight| "
            "(at most 512): the per-question weight distribution.", kind="histogram", **w, **rows),
