@@ -77,6 +77,8 @@ class GRPOMonitor:
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
+        self._integration: tuple[str, dict[str, Any]] | None = None  # declare_integration()
+        self._run_record_due = True  # the next report carries the run record (report.run)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -151,6 +153,26 @@ class GRPOMonitor:
             return
         self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
         self._run.redeclare(self.config)
+        self._run_record_due = True
+
+    @locked
+    def declare_integration(self, name: str, settings: dict[str, Any] | None = None) -> None:
+        """Name the integration feeding this monitor (``"trl"``, ``"verl"``, ...) and the trainer settings that
+        decide which metric families it can log (e.g. TRL's ``beta``, ``num_iterations``). The integrations call
+        it; the next report carries it in its run record (:attr:`StepReport.run`), so the HTML report's "no
+        data" notes say what to set in that trainer."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty string (the integration), but got {name!r}")
+        if settings is not None and not isinstance(settings, dict):
+            raise TypeError(f"settings must be a dict of the trainer's settings or None, but got "
+                            f"{type(settings).__name__}")
+        self._integration = (name, {str(k): _plain(v) for k, v in (settings or {}).items()})
+        self._run_record_due = True
+
+    def run_record(self) -> dict[str, Any]:
+        """What the run is: the integration and its settings (``"api"``: the monitor's own calls), the config."""
+        name, settings = self._integration or ("api", {})
+        return {"integration": name, "settings": settings, "config": self.config.model_dump(mode="json")}
 
     @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
@@ -279,6 +301,8 @@ class GRPOMonitor:
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        if self._run_record_due:
+            report.run, self._run_record_due = self.run_record(), False
         return report
 
     def _emit(self, report: StepReport) -> None:
@@ -343,6 +367,7 @@ class GRPOMonitor:
         when ``train()`` starts again on the same trainer."""
         with self._lock:
             self.closed, self._closed_by = False, None
+            self._run_record_due = True
 
     def __enter__(self) -> GRPOMonitor:
         return self
@@ -386,6 +411,11 @@ class GRPOMonitor:
 
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")
+
+
+def _plain(value: Any) -> Any:
+    """A setting as a JSON value: numbers, strings, booleans and None as they are, anything else as its str()."""
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def _is_rank_zero() -> bool:

@@ -26,6 +26,9 @@ class StepReport:
     flagged_questions: list[Any] = dataclasses.field(default_factory=list)
     #: True when a violation of this step is under the ``"raise"`` policy (the run ends).
     failed: bool = False
+    #: The run record, on the first report of a monitor (and after a re-declaration or a reopen):
+    #: ``{"integration": "trl" | "verl" | ... | "api", "settings": {...}, "config": MonitorConfig fields}``.
+    run: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready record the JSONL sink writes (one line per step)."""
@@ -37,4 +40,5 @@ class StepReport:
             "failed": self.failed,
             "histograms": self.histograms,
             "flagged_questions": [str(q) for q in self.flagged_questions],
+            **({"run": self.run} if self.run is not None else {}),
         }

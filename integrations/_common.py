@@ -25,12 +25,17 @@ class FailOpen:
     run. Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
     ``grpo/monitor/disabled_parts`` and as one alert through every sink. With
     ``monitor.config.strict`` the exception is re-raised instead (for tests).
+
+    Building it names the integration to the monitor (``declare_integration``), so the
+    run record says which trainer the run came from.
     """
 
     def __init__(self, monitor: GRPOMonitor, name: str):
         self.monitor = monitor
         self.name = name
         self.part = integration_part(name)
+        if monitor._integration is None or monitor._integration[0] != name:
+            monitor.declare_integration(name)
 
     @property
     def disabled(self) -> bool:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from .data import RunData, find_log, load_run
+from .facts import sentences
 from .figures import FIGURES, how_to_log
 from .html import render_page
 from .plots_core import FigureSpec
@@ -23,6 +24,10 @@ __all__ = [
 ]
 
 
+#: Figure files of earlier versions, removed by a rebuild: old name -> the figure that holds it now.
+RENAMED: dict[str, str] = {"history": "overdispersion_stuck"}
+
+
 def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], list[str]]:
     """(name, title, caption, PNG bytes) of every figure the run has data for, and notes on the others."""
     figures, notes = [], []
@@ -30,7 +35,8 @@ def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], lis
         fig = spec.draw(run)
         if fig is None:
             if spec.name != "violations":
-                notes.append(f"{spec.title}: no data in this run (logged when you {how_to_log(spec)}).")
+                notes.append(sentences([f"{spec.title}: no data in this run",
+                                        how_to_log(spec, run.integration, run.settings)]))
             continue
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
@@ -55,9 +61,8 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     plots.mkdir(parents=True, exist_ok=True)
     figures, notes = render_figures(data)
     drawn = {name for name, _, _, _ in figures}
-    for spec in FIGURES:
-        if spec.name not in drawn:
-            (plots / f"{spec.name}.png").unlink(missing_ok=True)
+    for stale in [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED):
+        (plots / f"{stale}.png").unlink(missing_ok=True)
     for name, _, _, png in figures:
         (plots / f"{name}.png").write_bytes(png)
     page = out / "report.html"

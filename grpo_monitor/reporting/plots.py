@@ -36,7 +36,7 @@ from .plots_core import (
     smoothed,
 )
 
-__all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_history", "draw_kl",
+__all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_overdispersion_stuck", "draw_kl",
            "draw_prompts", "draw_question_std", "draw_sampling", "draw_violations", "group_size",
            "question_std_matrix", "rolling_mean"]
 
@@ -187,9 +187,9 @@ def draw_advantages(run: RunData):
 
 def group_size(run: RunData) -> int | None:
     """G from the run's settings, else rows per group when one value holds at every step (ledger, or advantages)."""
-    declared = run.meta.get("group_size")
-    if isinstance(declared, int) and declared >= 2:
-        return declared
+    for declared in (run.meta.get("group_size"), run.config.get("group_size")):
+        if isinstance(declared, int) and declared >= 2:
+            return declared
     groups = run.series("grpo/sampling/generated_groups")
     rows = run.series("grpo/sampling/generated_responses")
     if groups is None or rows is None:
@@ -256,8 +256,8 @@ def draw_convention(run: RunData):
     return fig
 
 
-def draw_history(run: RunData):
-    """Per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
+def draw_overdispersion_stuck(run: RunData):
+    """From the per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
     keys = ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions")
     made = panels(run, keys, height=2.5)
     if made is None:

@@ -153,7 +153,74 @@ def finish(ax, run: RunData, ylabel: str, title: str, headroom: bool = True) -> 
         return
     ncol = _columns(labels, _axes_width(ax))
     _make_headroom(ax, rows=-(-len(handles) // ncol))
+    separate_coinciding(ax)
+    handles, labels = ax.get_legend_handles_labels()
     ax.legend(fontsize=8, loc="upper left", ncol=ncol, framealpha=0.9, borderaxespad=0.3)
+
+
+#: Markers that tell coinciding series apart, in turn: (marker, size); hollow, in the series' colour.
+_APART = (("o", 9.0), ("s", 6.5), ("^", 6.5), ("D", 5.0))
+#: Two series closer than this (pixels) at every step would hide one another.
+COINCIDE_PX = 2.5
+
+
+def separate_coinciding(ax) -> None:
+    """Make every labelled series visible where it would sit on another one (within 2.5 px at every step).
+
+    A series drawn on an earlier one becomes hollow markers in its own colour (no line), so
+    the line below shows through, and its legend entry says which series it coincides with;
+    a series lying on a horizontal reference line gets filled markers. Every figure gets this
+    from :func:`finish`, so no legend entry names a line nobody can see.
+    """
+    data = [ln for ln in ax.get_lines() if _labelled(ln) and ln.get_transform() == ax.transData]
+    refs = [ln for ln in ax.get_lines() if ln.get_transform() == ax.get_yaxis_transform()]
+    used = 0
+    for j, later in enumerate(data):
+        under = next((e for e in data[:j] if _coincide(ax, e, later)), None)
+        if under is not None:
+            marker, size = _APART[used % len(_APART)]
+            used += 1
+            later.set(linestyle="none", marker=marker, markersize=size, markerfacecolor="none",
+                      markeredgewidth=1.6, markevery=_every(later))
+            later.set_label(f"{later.get_label()} (coincides with {_short(under.get_label())})")
+            continue
+        ref = next((r for r in refs if _coincide(ax, r, later)), None)
+        if ref is not None:
+            later.set(marker="o", markersize=6, markevery=_every(later))
+            if _labelled(ref):
+                later.set_label(f"{later.get_label()} (on the line {_short(ref.get_label())})")
+
+
+def _labelled(line) -> bool:
+    label = line.get_label()
+    return bool(label) and not label.startswith("_")
+
+
+def _short(label: str) -> str:
+    """A legend label without its parenthesised aside: ``grpo/kl/user_mean (the KL ...)`` -> ``grpo/kl/user_mean``."""
+    return label.split(" (")[0]
+
+
+def _every(line) -> int:
+    """At most about 40 markers along a series."""
+    return max(1, len(line.get_xdata()) // 40)
+
+
+def _coincide(ax, a, b) -> bool:
+    """Whether ``b`` lies within COINCIDE_PX of ``a`` at every step where both are finite (at least one)."""
+    xb, yb = (np.asarray(v, dtype=float) for v in (b.get_xdata(), b.get_ydata()))
+    if a.get_transform() == ax.get_yaxis_transform():  # a horizontal reference: one y for every x
+        ya = np.full_like(yb, float(np.asarray(a.get_ydata(), dtype=float)[0]))
+    else:
+        xa, ya = (np.asarray(v, dtype=float) for v in (a.get_xdata(), a.get_ydata()))
+        if xa.shape != xb.shape or not np.array_equal(xa, xb):
+            return False
+    both = np.isfinite(ya) & np.isfinite(yb) & np.isfinite(xb)
+    if not both.any():
+        return False
+    pa = ax.transData.transform(np.column_stack([xb[both], ya[both]]))[:, 1]
+    pb = ax.transData.transform(np.column_stack([xb[both], yb[both]]))[:, 1]
+    return bool(np.all(np.abs(pa - pb) <= COINCIDE_PX))
 
 
 def _axes_width(ax) -> float:
