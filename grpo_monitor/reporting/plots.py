@@ -100,31 +100,50 @@ def draw_prompts(run: RunData):
 def question_std_matrix(run: RunData, bins: int = 25, max_columns: int = 60) -> tuple[np.ndarray, list[str]] | None:
     """(fraction of groups per row and column, row labels) of ``grpo/reward/question_std``.
 
-    Consecutive steps are pooled so that there are at most ``max_columns`` columns.
-    With at most 12 distinct values (binary rewards, fixed G) each value gets its own row
-    (0, the degenerate groups, always at the bottom);
-    otherwise the range is cut into ``bins`` equal bins.
+    Consecutive steps are pooled so that there are at most ``max_columns`` columns. The
+    bottom row is always the degenerate groups (std exactly 0). Two-valued rewards (0/1, or
+    any two values) give a group std of c * sqrt(k (G - k)) for k successes of G, whatever
+    the convention: then each such value gets its own row. Any other rewards (continuous,
+    or G unknown) are binned: the range above 0 is cut into equal bins (at most ``bins``,
+    about the square root of the number of values), so the heatmap shows a distribution,
+    not one row per distinct value.
     """
     per_step = run.histograms.get("grpo/reward/question_std")
     if not per_step or not any(per_step):
         return None
     finite = [np.asarray([v for v in (h or []) if v is not None and math.isfinite(v)], dtype=float) for h in per_step]
+    finite = [np.round(h, 9) for h in finite]
     values = np.concatenate([h for h in finite if h.size]) if any(h.size for h in finite) else np.zeros(0)
-    distinct = np.unique(np.concatenate([[0.0], np.round(values, 9)]))  # the degenerate row is always shown
-    if 0 < len(distinct) <= 12:
+    live = np.unique(values[values > 0])
+    if _two_valued(live, group_size(run)):
+        distinct = np.concatenate([[0.0], live])
         edges = np.concatenate([[-np.inf], (distinct[1:] + distinct[:-1]) / 2, [np.inf]])
         labels = [f"{v:.3g}" + (" (degenerate)" if v == 0 else "") for v in distinct]
     else:
-        top = float(values.max()) if values.size else 1.0
-        edges = np.linspace(0.0, max(top, 1e-12) * 1.0001, bins + 1)
-        labels = [f"{e:.3g}" for e in edges[:-1]]
+        top = float(live.max()) if live.size else 1.0
+        n = int(min(bins, max(4, math.ceil(math.sqrt(max(1, int((values > 0).sum())))))))
+        inner = np.linspace(0.0, top * 1.0001, n + 1)
+        edges = np.concatenate([[-np.inf, 1e-12], inner[1:]])  # row 0: exactly 0; then (0, top]
+        labels = ["0 (degenerate)"] + [f"{lo:.3g}\u2013{hi:.3g}" for lo, hi in zip(inner[:-1], inner[1:], strict=True)]
     pool = max(1, math.ceil(len(finite) / max_columns))
     columns = [np.concatenate(finite[i:i + pool]) for i in range(0, len(finite), pool)]
     matrix = np.full((len(edges) - 1, len(columns)), np.nan)
     for i, h in enumerate(columns):
         if h.size:
-            matrix[:, i] = np.histogram(np.round(h, 9), bins=edges)[0] / h.size
+            matrix[:, i] = np.histogram(h, bins=edges)[0] / h.size
     return matrix, labels
+
+
+def _two_valued(live: np.ndarray, G: int | None) -> bool:
+    """Whether the distinct non-zero group stds are c * sqrt(k (G - k)) for one c (two-valued rewards, G fixed)."""
+    if G is None or not live.size or len(live) > G // 2:
+        return False
+    roots = np.sqrt([k * (G - k) for k in range(1, G // 2 + 1)])
+    for root in roots:  # the largest value is c * root for one of them
+        c = live[-1] / root
+        if all(np.min(np.abs(roots * c - v)) <= 1e-6 * max(v, 1e-12) + 1e-9 for v in live):
+            return True
+    return False
 
 
 def draw_question_std(run: RunData):
@@ -135,7 +154,7 @@ def draw_question_std(run: RunData):
     if found is None:
         return None
     matrix, labels = found
-    fig, (ax,) = figure(1, height=max(2.6, 0.32 * len(labels) + 1.4) if len(labels) <= 12 else 3.4)
+    fig, (ax,) = figure(1, height=max(2.6, 0.32 * len(labels) + 1.4) if len(labels) <= 12 else 3.6)
     x0, x1 = float(run.steps[0]) - 0.5, float(run.steps[-1]) + 0.5  # a column centred on its step
     top = float(np.nanmax(matrix)) if np.isfinite(matrix).any() else 1.0
     image = ax.imshow(matrix, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis",
