@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from .data import RunData, find_log, load_run
+from .digest import log_digest
 from .facts import sentences
 from .figures import FIGURES, how_to_log
 from .html import render_page
@@ -19,8 +20,8 @@ from .plots_core import FigureSpec
 from .records import LogFormatError, read_step_records
 
 __all__ = [
-    "FIGURES", "FigureSpec", "LogFormatError", "RunData", "build_report", "find_log", "load_run", "read_step_records",
-    "render_figures",
+    "FIGURES", "FigureSpec", "LogFormatError", "RunData", "build_report", "find_log", "load_run", "log_digest",
+    "read_step_records", "render_figures",
 ]
 
 
