@@ -298,23 +298,38 @@ def draw_overdispersion_stuck(run: RunData):
 
 
 def draw_kl(run: RunData):
-    """The three KL estimators per token, the trainer's own KL, and the exact KL when the demo knows it."""
+    """k1 and k3 per token with the exact KL when the demo knows it; below, k2 and the trainer's own KL as their
+    difference to k3 (all four nearly coincide on one axis: a small KL makes k2 ~ k3, and most trainers use k3)."""
     keys = [f"grpo/kl/{k}_mean" for k in ("k1", "k2", "k3")]
     if not any(run.has(k) for k in (*keys, "grpo/kl/user_mean")):
         return None
-    fig, (ax,) = figure(1, height=3.2)
-    for key, color, style in zip(keys, (ORANGE, PURPLE, BLUE), ("-", "-", "-"), strict=True):
-        line(ax, run, run.series(key), color, key, style)
-    line(ax, run, run.series("grpo/kl/user_mean"), GREEN, "grpo/kl/user_mean (the KL your loss uses)", (0, (2, 2)))
+    k3 = run.series(keys[2])
+    against = [(key, color, label) for key, color, label in (
+        (keys[1], PURPLE, "k2 - k3 (grpo/kl/k2_mean - grpo/kl/k3_mean)"),
+        ("grpo/kl/user_mean", GREEN, "your loss's KL - k3 (grpo/kl/user_mean - grpo/kl/k3_mean)"))
+        if run.has(key) and k3 is not None]
+    fig, axes = figure(2 if against else 1, height=3.0 if against else 3.2)
+    ax = axes[0]
+    line(ax, run, run.series(keys[0]), ORANGE, keys[0], "-")
+    line(ax, run, k3, BLUE, keys[2], "-")
+    if k3 is None:  # no k3 to compare with: the trainer's KL on its own
+        line(ax, run, run.series("grpo/kl/user_mean"), GREEN, "grpo/kl/user_mean (the KL your loss uses)", "-")
     line(ax, run, run.theory.get("kl_per_token"), "black", "exact KL(policy || reference) per token (demo policy)", ":")
-    k3, kl = run.theory.get("k3_per_token"), run.theory.get("kl_per_token")
-    if k3 is not None and kl is not None and not np.allclose(k3, kl, equal_nan=True):
-        line(ax, run, k3, GREY, "exact E[k3] on the trained responses (dynamic sampling filters them)", "-.")
+    exact_k3, kl = run.theory.get("k3_per_token"), run.theory.get("kl_per_token")
+    if exact_k3 is not None and kl is not None and not np.allclose(exact_k3, kl, equal_nan=True):
+        line(ax, run, exact_k3, GREY, "exact E[k3] on the trained responses (dynamic sampling filters them)", "-.")
     reference(ax, 0.0, GREY, None)
     fit_ylim(ax, min_span=1e-3, extra=[0.0])
     finish(ax, run, "KL per token",
-           "KL to the reference: k1 = -u, k2 = u^2/2, k3 = e^u - u - 1 with u = log(ref/policy)")
-    ax.set_xlabel("step")
+           "KL to the reference: k1 = -u, k3 = e^u - u - 1 with u = log(ref/policy)")
+    if against:
+        ax = axes[1]
+        for key, color, label in against:
+            line(ax, run, run.series(key) - k3, color, label, "-")
+        reference(ax, 0.0, GREY, "0: the same as k3")
+        fit_ylim(ax, min_span=1e-6, extra=[0.0])
+        finish(ax, run, "difference to k3", "k2 = u^2/2 and the KL your loss uses, as their difference to k3")
+    axes[-1].set_xlabel("step")
     return fig
 
 
