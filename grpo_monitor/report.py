@@ -14,7 +14,8 @@ class StepReport:
 
     ``metrics`` maps the ``grpo/...`` keys to floats; ``histograms`` maps keys to lists of
     floats (e.g. the per-question reward std); ``tables`` maps a table name to rows;
-    ``convention`` names the std convention in use (declared or inferred).
+    ``convention`` names the advantage estimator in use (declared or inferred; ``estimator``
+    reads the same value: ``convention`` is its name in the JSONL record since 0.1).
     """
 
     step: int
@@ -29,6 +30,11 @@ class StepReport:
     #: The run record, on the first report of a monitor (and after a re-declaration or a reopen):
     #: ``{"integration": "trl" | "verl" | ... | "api", "settings": {...}, "config": MonitorConfig fields}``.
     run: dict[str, Any] | None = None
+
+    @property
+    def estimator(self) -> str | None:
+        """The advantage estimator in use: a registry name (declared or inferred), or None."""
+        return self.convention
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready record the JSONL sink writes (one line per step)."""
