@@ -322,10 +322,11 @@ def draw_kl(run: RunData):
     fit_ylim(ax, min_span=1e-3, extra=[0.0])
     finish(ax, run, "KL per token",
            "KL to the reference: k1 = -u, k3 = e^u - u - 1 with u = log(ref/policy)")
-    if against:
+    if against and k3 is not None:
         ax = axes[1]
         for key, color, label in against:
-            line(ax, run, run.series(key) - k3, color, label, "-")
+            values = run.series(key)
+            line(ax, run, None if values is None else values - k3, color, label, "-")
         reference(ax, 0.0, GREY, "0: the same as k3")
         fit_ylim(ax, min_span=1e-6, extra=[0.0])
         finish(ax, run, "difference to k3", "k2 = u^2/2 and the KL your loss uses, as their difference to k3")

@@ -31,8 +31,8 @@ EXPECTED = {
 LOG = {"torch_loop.py": "grpo.jsonl", "hf_trainer_example.py": "grpo.jsonl", "trl_example.py": "grpo.jsonl",
        "verl_example.py": "grpo.jsonl", "distributed_example.py": "grpo-rank0.jsonl"}
 _PRINTED = re.compile(r"^\s+(error|warning): step (\d+): invariant '(\w+)' (broken|warning)", re.M)
-_COUNTS = re.compile(r"^(\d+) steps? logged[^:]*: (?:no violations|(no errors|\d+ errors?), (no warnings|\d+ warnings?))",
-                     re.M)
+_COUNTS = re.compile(r"^(\d+) steps? logged[^:]*: "
+                     r"(?:no violations|(no errors|\d+ errors?), (no warnings|\d+ warnings?))", re.M)
 
 
 def _env(tmpdir: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""`grpo-monitor compare`'s table, rendered from two real monitor logs: aligned headers, the report's wording, values."""
+"""`grpo-monitor compare`'s table, rendered from two real monitor logs: aligned headers, the report's words, values."""
 
 from __future__ import annotations
 
