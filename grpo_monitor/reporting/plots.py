@@ -85,7 +85,7 @@ def draw_prompts(run: RunData):
     fig, (ax, ax2) = figure(2, height=2.6)
     noisy(ax, run, run.series("grpo/groups/effective_prompts"), GREEN, "effective prompts")
     line(ax, run, run.series("grpo/groups/total"), GREY, "groups in the training batch", (0, (5, 3)), zorder=4,
-         marker=None)
+         **({} if len(run.steps) <= 30 else {"marker": None}))  # a short run's points need their markers
     fit_ylim(ax, floor=0.0, extra=[0.0], integer=True)
     finish(ax, run, "groups", "Effective prompts: the groups the update is really made of")
     noisy(ax2, run, run.series("grpo/reward/mean"), BLUE, "mean reward (training batch)")
