@@ -75,7 +75,7 @@ class RunData:
         if "scanned" in self.meta:
             return "scan"
         for prefix in ("trl", "verl", "openrlhf", "skyrl", "areal"):
-            if (self.convention or "").startswith(prefix + ".") or any(k.startswith(f"grpo/{prefix}/")
+            if (self.convention or "").startswith(prefix + ".") or any(k.split("/")[:2] == ["grpo", prefix]
                                                                        for k in self.metrics):
                 return prefix
         return "api"

@@ -48,7 +48,7 @@ def _ours(tmpdir: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
-    """Run every example concurrently (each with a 240 s limit, its files under --out); name -> (exit code,
+    """Run every example concurrently (each with a 600 s limit, its files under --out); name -> (exit code,
     output, the --out folder)."""
     cwd = tmp_path_factory.mktemp("examples")
     env = _env(cwd / "tmp")
@@ -58,7 +58,7 @@ def outputs(tmp_path_factory):
     results = {}
     for name, proc in procs.items():
         try:
-            out, _ = proc.communicate(timeout=240)
+            out, _ = proc.communicate(timeout=600)
         except subprocess.TimeoutExpired:
             proc.kill()
             out, _ = proc.communicate()
@@ -103,7 +103,7 @@ def test_printed_severities_are_the_logs(name, outputs):
 def test_an_example_without_out_cleans_up(tmp_path):
     """Run without --out, an example writes to a temporary folder and removes it at the end."""
     out = subprocess.run([sys.executable, str(EXAMPLES / "torch_loop.py"), "--steps", "2"], cwd=tmp_path,
-                         env=_env(tmp_path / "tmp"), capture_output=True, text=True, timeout=120)
+                         env=_env(tmp_path / "tmp"), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "log removed with its temporary folder" in out.stdout
     assert _ours(tmp_path / "tmp") == [] and not list(tmp_path.glob("*.jsonl"))
@@ -112,6 +112,6 @@ def test_an_example_without_out_cleans_up(tmp_path):
 def test_torch_loop_bug_stops_the_run(tmp_path):
     """``torch_loop.py --bug`` (std over the prompt axis) is stopped at step 0 with a worded breach."""
     out = subprocess.run([sys.executable, str(EXAMPLES / "torch_loop.py"), "--bug", "--out", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=300)
     assert out.returncode == 1
     assert "stopped by grpo-monitor" in out.stdout and "zero_group_mean" in out.stdout
