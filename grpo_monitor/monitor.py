@@ -28,6 +28,7 @@ import torch
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
+from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink
@@ -157,22 +158,14 @@ class GRPOMonitor:
 
     @locked
     def declare_integration(self, name: str, settings: dict[str, Any] | None = None) -> None:
-        """Name the integration feeding this monitor (``"trl"``, ``"verl"``, ...) and the trainer settings that
-        decide which metric families it can log (e.g. TRL's ``beta``, ``num_iterations``). The integrations call
-        it; the next report carries it in its run record (:attr:`StepReport.run`), so the HTML report's "no
-        data" notes say what to set in that trainer."""
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"name must be a non-empty string (the integration), but got {name!r}")
-        if settings is not None and not isinstance(settings, dict):
-            raise TypeError(f"settings must be a dict of the trainer's settings or None, but got "
-                            f"{type(settings).__name__}")
-        self._integration = (name, {str(k): _plain(v) for k, v in (settings or {}).items()})
+        """Name the integration feeding this monitor (``"trl"``, ...) and the trainer settings that decide which
+        metric families it logs (TRL's ``beta``, ...); the next report carries them (:mod:`.run.record`)."""
+        self._integration = integration_arg(name, settings)
         self._run_record_due = True
 
     def run_record(self) -> dict[str, Any]:
-        """What the run is: the integration and its settings (``"api"``: the monitor's own calls), the config."""
-        name, settings = self._integration or ("api", {})
-        return {"integration": name, "settings": settings, "config": self.config.model_dump(mode="json")}
+        """The integration and its settings (``"api"``: the monitor's own calls) and the config."""
+        return run_record(self._integration, self.config.model_dump(mode="json"))
 
     @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
@@ -432,11 +425,6 @@ class GRPOMonitor:
             run = RunState(self.config)
             run.load_state_dict(saved.model_dump())
             self._run, self.step = run, saved.step
-
-
-def _plain(value: Any) -> Any:
-    """A setting as a JSON value: numbers, strings, booleans and None as they are, anything else as its str()."""
-    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def _is_rank_zero() -> bool:
