@@ -188,16 +188,22 @@ class DegenerateCheck:
         """``Degenerate groups over the run: 1029 observed vs 1009.2 expected, z = +0.88 (...)``, as the demo
         prints it."""
         which = "every generated group" if self.generated else "training batch"
-        z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
+        z = "n/a" if not math.isfinite(self.z) else _z(self.z)
         return (f"Degenerate groups over the run ({which}, {plural(self.steps, 'step')}): "
                 f"{self.observed:.0f} observed vs {self.expected:.1f} expected, z = {z}; {self.source}.")
 
     def short(self) -> str:
         """The same counts in a caption:
         ``over the run, 1029 degenerate groups were observed vs 1009.2 expected (z = +0.88)``."""
-        z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
+        z = "n/a" if not math.isfinite(self.z) else _z(self.z)
         return (f"over the run, {self.observed:.0f} degenerate groups were observed vs {self.expected:.1f} "
                 f"expected (z = {z})")
+
+
+def _z(z: float) -> str:
+    """A z-score with its sign, ``+0.00`` (never ``-0.00``) when it rounds to zero."""
+    text = f"{z:+.2f}"
+    return "+0.00" if text == "-0.00" else text
 
 
 _DEMO_SOURCE = ("expected from p^G + (1-p)^G with the demo policy's success probabilities, "
