@@ -48,7 +48,13 @@ NO_DATA: dict[tuple[str, str], str] = {
                                                            "generated group is trained on, so there is no ledger",
     ("grpo/groups/overdispersion", "trl"): "reward functions whose weighted sum is 0 or 1 per completion give it "
                                            "(TRL's prompts are the question ids)",
+    ("grpo/weights/", "trl"): "the TRL integration measures the loss's token weights from the policy log-probs of "
+                              "each loss; none reached it in this run (see docs/integrations.md for the loss types "
+                              "and masks it declares)",
     # verl (grpo_monitor.integrations.verl.attach)
+    ("grpo/weights/", "verl"): "declare the actor's loss aggregation: MonitorConfig(group_size=n, "
+                               "**grpo_monitor.integrations.verl.loss_config(cfg.actor_rollout_ref.actor)); to "
+                               "measure the weights, call observe_loss(..., loss=) where agg_loss runs",
     ("grpo/kl/", "verl"): "set algorithm.use_kl_in_reward=True or actor_rollout_ref.actor.use_kl_loss=True; verl "
                           "then calls kl_penalty, which the integration observes with the response mask",
     ("grpo/ratio/", "verl"): _NO_RATIO,
