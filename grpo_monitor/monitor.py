@@ -28,6 +28,7 @@ import torch
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
+from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink
@@ -81,6 +82,8 @@ class GRPOMonitor:
         self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
         self._weights_histograms: dict[str, list[float]] = {}
         self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
+        self._integration: tuple[str, dict[str, Any]] | None = None  # declare_integration()
+        self._run_record_due = True  # the next report carries the run record (report.run)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -168,6 +171,18 @@ class GRPOMonitor:
             return
         self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
         self._run.redeclare(self.config)
+        self._run_record_due = True
+
+    @locked
+    def declare_integration(self, name: str, settings: dict[str, Any] | None = None) -> None:
+        """Name the integration feeding this monitor (``"trl"``, ...) and the trainer settings that decide which
+        metric families it logs (TRL's ``beta``, ...); the next report carries them (:mod:`.run.record`)."""
+        self._integration = integration_arg(name, settings)
+        self._run_record_due = True
+
+    def run_record(self) -> dict[str, Any]:
+        """The integration and its settings (``"api"``: the monitor's own calls) and the config."""
+        return run_record(self._integration, self.config.model_dump(mode="json"))
 
     @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
@@ -315,6 +330,8 @@ class GRPOMonitor:
         report.histograms.update(self._weights_histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics.update(self._guard.health(self.sinks.dropped()))
+        if self._run_record_due:
+            report.run, self._run_record_due = self.run_record(), False
         return report
 
     def _emit(self, report: StepReport) -> None:
@@ -400,6 +417,7 @@ class GRPOMonitor:
         when ``train()`` starts again on the same trainer."""
         with self._lock:
             self.closed, self._closed_by = False, None
+            self._run_record_due = True
 
     def __enter__(self) -> GRPOMonitor:
         return self

@@ -143,6 +143,21 @@ def clip_range(trainer: Any) -> tuple[float, float]:
     return float(trainer.epsilon_low), float(trainer.epsilon_high)
 
 
+#: GRPOConfig fields that decide which metric families TRL feeds the monitor (the report's "no data" notes).
+SETTINGS = ("beta", "num_iterations", "steps_per_generation", "gradient_accumulation_steps", "scale_rewards",
+            "loss_type", "use_vllm", "vllm_importance_sampling_correction", "num_generations")
+
+
+def trl_settings(trainer: Any) -> dict[str, Any]:
+    """The trainer's values of :data:`SETTINGS` (the instance's, else its ``args``'), for the run record."""
+    out = {}
+    for name in SETTINGS:
+        value = getattr(trainer, name, getattr(trainer.args, name, None))
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[name] = value
+    return out
+
+
 def _label(prompt: Any) -> Hashable:
     text = prompt if isinstance(prompt, str) else repr(prompt)
     return text[:_LABEL_CHARS]
@@ -155,6 +170,7 @@ class TRLHooks:
         self.trainer = trainer
         self.monitor = monitor
         self.guard = FailOpen(monitor, "trl")
+        monitor.declare_integration("trl", trl_settings(trainer))
         self._saved: dict[str, Any] = {}
         self._rewards_per_func: torch.Tensor | None = None
         self._loss_inputs: dict | None = None

@@ -60,7 +60,8 @@ class Metric:
     arguments); ``aggregation`` how micro-batches and ranks combine within a step;
     ``over_steps`` how to combine several steps; ``summary`` the dashboards' run summary
     (``"last"`` or ``"max"``); ``panel`` the title of a chart shared with related keys;
-    ``only_when`` why the key can be absent even when every input is given ("" if never).
+    ``only_when`` why the key can be absent even when every input is given ("" if never);
+    ``constant`` the value the key takes at every step by definition (tables leave it out), else None.
     """
 
     key: str
@@ -75,6 +76,7 @@ class Metric:
     summary: Literal["last", "max"] = "last"
     panel: str | None = None
     only_when: str = ""
+    constant: float | None = None
 
 
 # How values combine within a step (micro-batches, ranks) ---------------------------------
@@ -184,7 +186,7 @@ def _kl() -> list[Metric]:
     kl = dict(section="KL", source="observe_loss")
     out = [
         _m(f"grpo/kl/{k}_{s}", unit, agg, steps, meaning.format(est=est), panel=f"KL estimators: {s}",
-           needs="logprobs, ref_logprobs", **kl)
+           needs="logprobs, ref_logprobs", constant=0.0 if s == "neg_frac" and k != "k1" else None, **kl)
         for s, (unit, agg, steps, meaning) in _KL_STATS.items() for k, est in _KL_ESTIMATORS.items()
     ]
     user, tokens = "kl, logprobs, ref_logprobs", "mean weighted by grpo/tokens/valid"
