@@ -28,7 +28,8 @@ def violation(name: str, step: int, observed: str, config: MonitorConfig, groups
     """A :class:`Violation` of ``name`` with its registry hint, expected value and default severity."""
     inv = INVARIANTS[name]
     kw.setdefault("severity", inv.severity)
-    return Violation(name, step, observed, inv.expected(config), groups, inv.hint, **kw)
+    hint = kw.pop("hint", inv.hint)
+    return Violation(name, step, observed, inv.expected(config), groups, hint, **kw)
 
 
 def group_violations(
@@ -180,7 +181,40 @@ def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> l
     if config.outcome_rewards and spread > tol.token_constant * max(typ, 1e-12):
         out.append(violation("token_constant_advantage", step,
                              f"max within-row spread {spread:.4g} (typical |adv| {typ:.4g})", config))
-    gap = v.get("on_policy_absdiff_max", float("-inf"))
-    if config.expect_on_policy and gap > tol.on_policy:
-        out.append(violation("on_policy", step, f"max |logprobs - old_logprobs| = {gap:.4g} nats", config))
+    if config.expect_on_policy and v.get("ratio_tokens", 0) > 0:
+        out += _on_policy(v, config, step)
+    if v.get("mm_tokens", 0) > 0:
+        out += mismatch_violations(v, config, step)
     return out
+
+
+def _on_policy(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+    """Trainer against trainer: the mismatch rule (mean k3 of logprobs - old_logprobs), or the bitwise max."""
+    gap, k3 = v["on_policy_absdiff_max"], v["ratio_k3_sum"] / v["ratio_tokens"]
+    text = f"mean k3(logprobs - old_logprobs) = {k3:.4g} nats per token, max |logprobs - old_logprobs| = {gap:.4g}"
+    bad = gap > config.tolerances.on_policy if config.on_policy_bitwise else not k3 <= config.tolerances.mismatch_k3
+    return [violation("on_policy", step, text, config)] if bad else []
+
+
+def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+    """``mismatch``: an error when the mismatch KL is far above numerical noise (unless the sampler lags by
+    design), a warning when the importance weights do not average to 1; noise is never a violation."""
+    from .stats.tokens.readout import mismatch_metrics
+
+    m, tol = mismatch_metrics(v), config.tolerances
+    k3, z = v["mm_k3_sum"] / v["mm_tokens"], m["grpo/mismatch/ratio_mean_z"]
+    numbers = (f"mismatch KL k3 {k3:.4g} nats per token (noise: <= {tol.mismatch_k3:g}), k1 "
+               f"{m['grpo/mismatch/k1_mean']:.4g}, mean |Delta| {v['mm_abs_sum'] / v['mm_tokens']:.4g}, "
+               f"p99 |Delta| {m['grpo/mismatch/abs_diff_p99']:.4g}, mean importance weight "
+               f"{m['grpo/mismatch/ratio_mean']:.5g} ({z:+.3g} standard errors from 1) over "
+               f"{int(v['mm_tokens'])} tokens")
+    n = int(v["mm_tokens"])
+    if not k3 <= tol.mismatch_k3 and config.max_policy_lag == 0:
+        return [violation("mismatch", step, numbers, config, count=n)]
+    if not abs(z) <= tol.mismatch_ratio_z:
+        hint = ("the importance weights exp(trainer - sampler) do not average to 1, so the sampler's log-probs "
+                "are not those of the distribution it sampled from: top-p/top-k sampling with log-probs "
+                "renormalised over the nucleus while the trainer scores the full vocabulary, or logits processed "
+                "(penalties, bias, temperature) after the log-probs were taken")
+        return [violation("mismatch", step, numbers, config, count=n, severity="warning", hint=hint)]
+    return []

@@ -127,19 +127,26 @@ class GRPOMonitor:
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
-                     old_logprobs: Any = None, kl: Any = None) -> None:
-        """Record one micro-batch of token tensors ``(B, T)``; no host sync."""
+                     old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
+                     entropy: Any = None) -> None:
+        """Record one micro-batch of token tensors ``(B, T)``; no host sync.
+
+        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
+        generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
+        ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
+        """
         from .stats import tokens as tok
 
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                       old_logprobs=old_logprobs, kl=kl)
+                       old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy)
         tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
         mask_t = inputs.as_tensor(mask, "mask")
         with inputs.boundary():
             tok.validate_token_inputs(mask_t, **tensors)
+        cfg = self.config
         vec = tok.token_sufficient_stats(
-            mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
-        )
+            mask_t, clip_range=cfg.clip_range, kl_clamp=cfg.kl_clamp, entropy_low=cfg.entropy_low_threshold,
+            mismatch_band=(cfg.mismatch_ratio_low, cfg.mismatch_ratio_high), **tensors)
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._acc.add_tokens(vec, self._token_layout)
 

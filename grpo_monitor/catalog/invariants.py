@@ -57,6 +57,19 @@ def _convention(cfg: MonitorConfig) -> str:
     return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
 
+def _on_policy(cfg: MonitorConfig) -> str:
+    if cfg.on_policy_bitwise:
+        return f"max |logprobs - old_logprobs| <= {cfg.tolerances.on_policy:g} nats"
+    return f"mean k3(logprobs - old_logprobs) <= {cfg.tolerances.mismatch_k3:g} nats per token"
+
+
+def _mismatch(cfg: MonitorConfig) -> str:
+    t = cfg.tolerances
+    lag = f" (error off: max_policy_lag={cfg.max_policy_lag})" if cfg.max_policy_lag else ""
+    return (f"grpo/mismatch/k3_mean <= {t.mismatch_k3:g} nats per token{lag}; "
+            f"|grpo/mismatch/ratio_mean_z| <= {t.mismatch_ratio_z:g}")
+
+
 _RECORDS = (
     Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
               "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
@@ -99,9 +112,18 @@ _RECORDS = (
     Invariant("finite_logprobs", "log-probabilities are finite on valid tokens",
               "-inf log-probabilities from masked logits leaking onto valid tokens",
               "tokens", None, "error", lambda cfg: "finite log-probs on mask==1"),
-    Invariant("on_policy", "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
-              "the sampler (e.g. vLLM) and the trainer compute different log-probabilities for the same tokens",
-              "tokens", "on_policy", "error", _tol("on_policy", "<= {:g} nats")),
+    Invariant("on_policy", "on the first inner epoch, the trainer's log-probs match its old log-probs up to "
+              "numerical noise (bitwise, with on_policy_bitwise)",
+              "old_logprobs taken at other parameters than logprobs (a stale or reused old-logprob buffer, an "
+              "optimizer step between the two passes), or a different model or temperature in one of them",
+              "tokens", "mismatch_k3", "error", _on_policy),
+    Invariant("mismatch", "the sampler's and the trainer's log-probs of the sampled tokens differ only by numerical "
+              "noise: mismatch KL (k3) within tolerance, importance weights averaging to 1",
+              "weights not synced to the sampler, log-probs taken before temperature was applied, tokens or mask "
+              "shifted by one, or another model's log-probs (error); importance weights away from 1: top-p/top-k "
+              "log-probs renormalised over the nucleus while the trainer scores the full vocabulary, or logits "
+              "processed after the log-probs were taken (warning)",
+              "tokens", "mismatch_k3", "error", _mismatch),
 )
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).

@@ -34,6 +34,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/")),
+    ("Mismatch", ("grpo/mismatch/",)),
+    ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
     ("Invariants", ("grpo/invariants/", "grpo/violations")),
     ("Tokens", ("grpo/tokens/",)),
@@ -317,8 +319,10 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *_advantages(), *_kl(), *_sampling(), *_invariants(), *_tokens(),
-               *_monitor_and_integrations()]
+    from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries  # built from _m above
+
+    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *entropy_entries(),
+               *_sampling(), *_invariants(), *_tokens(), *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}
