@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from .accumulator import HostGroups
-from .derive import convention_metrics, ledger_metrics, rollout_metrics
+from .derive import convention_metrics, degenerate_split, ledger_metrics, rollout_metrics
 from .report import StepReport
 
 
@@ -28,6 +28,8 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
     metrics: dict[str, float] = {}
     if rollout and rollout["groups"] > 0:
         metrics.update(rollout_metrics(rollout))
+        if groups is not None:
+            metrics.update(degenerate_split(rollout, groups.kept))
     if convention is not None:
         metrics.update(convention_metrics(convention.name, convention.stabilizer))
     if ledger and ledger.get("generation_batches", 0) > 0:

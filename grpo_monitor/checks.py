@@ -210,7 +210,10 @@ def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -
                f"{int(v['mm_tokens'])} tokens")
     n = int(v["mm_tokens"])
     if not k3 <= tol.mismatch_k3 and config.max_policy_lag == 0:
-        return [violation("mismatch", step, numbers, config, count=n)]
+        hint = ("a mismatch KL far above numerical noise: sampler weights not synced (one or more optimizer steps "
+                "stale), log-probs taken before temperature was applied, tokens or the mask shifted by one, or "
+                "another model's log-probs; if the sampler lags by design, declare MonitorConfig.max_policy_lag")
+        return [violation("mismatch", step, numbers, config, count=n, hint=hint)]
     if not abs(z) <= tol.mismatch_ratio_z:
         hint = ("the importance weights exp(trainer - sampler) do not average to 1, so the sampler's log-probs "
                 "are not those of the distribution it sampled from: top-p/top-k sampling with log-probs "

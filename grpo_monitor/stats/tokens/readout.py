@@ -72,8 +72,11 @@ def mismatch_metrics(v: dict[str, float]) -> dict[str, float]:
 
 def ratio_z(dev: float, var: float, n: float) -> float:
     """(mean rho - 1) in standard errors sqrt(var / n); rho - 1 are martingale differences under a sampler
-    that reports its own distribution, so uncorrelated across tokens. 0 / 0 is 0; d / 0 is +-inf."""
+    that reports its own distribution, so uncorrelated across tokens. 0 below two tokens and for 0 / 0;
+    d / 0 is +-inf (identical weights away from 1)."""
     se = math.sqrt(var / n)
+    if n < 2:
+        return 0.0
     if se > 0:
         return dev / se
     return 0.0 if dev == 0 or math.isnan(dev) else math.copysign(math.inf, dev)
