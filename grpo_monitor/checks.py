@@ -167,8 +167,10 @@ def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
     return float(np.median(vals)) if len(vals) else 1.0
 
 
-def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
-    """Token-side invariants from the reduced token statistics of the step."""
+def token_violations(v: dict[str, float], config: MonitorConfig, step: int,
+                     mismatch_batches: Sequence[tuple[torch.Tensor, ...]] = ()) -> list[Violation]:
+    """Token-side invariants from the reduced token statistics of the step (``mismatch_batches``: this
+    rank's (mask, trainer, sampler) micro-batches, to name the first offending rows of a mismatch)."""
     tol, out = config.tolerances, []
     if v.get("mask_nonbinary", 0) > 0:
         n = int(v["mask_nonbinary"])
@@ -184,8 +186,21 @@ def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> l
     if config.expect_on_policy and v.get("ratio_tokens", 0) > 0:
         out += _on_policy(v, config, step)
     if v.get("mm_tokens", 0) > 0:
-        out += mismatch_violations(v, config, step)
+        found = mismatch_violations(v, config, step)
+        out += [dataclasses.replace(f, groups=worst_rows(mismatch_batches)) for f in found]
     return out
+
+
+def worst_rows(batches: Sequence[tuple[torch.Tensor, ...]], limit: int = _MAX_GROUPS) -> tuple[str, ...]:
+    """The rows with the largest mean k3(trainer - sampler), as 'micro-batch b row r: k3 x' (host, float64)."""
+    scored = []
+    for b, (mask, trainer, sampler) in enumerate(batches):
+        valid = mask.detach().cpu() > 0
+        d = torch.where(valid, trainer.detach().cpu().double() - sampler.detach().cpu().double(), 0.0)
+        k3 = (torch.expm1(d) - d).sum(1) / valid.sum(1).clamp_min(1)
+        scored += [(float(k), b, r) for r, k in enumerate(k3.tolist()) if valid[r].any()]
+    scored.sort(key=lambda t: -t[0] if math.isfinite(t[0]) else -math.inf)
+    return tuple(f"micro-batch {b} row {r}: k3 {k:.3g}" for k, b, r in scored[:limit])
 
 
 def _on_policy(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
@@ -214,7 +229,7 @@ def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -
                 "stale), log-probs taken before temperature was applied, tokens or the mask shifted by one, or "
                 "another model's log-probs; if the sampler lags by design, declare MonitorConfig.max_policy_lag")
         return [violation("mismatch", step, numbers, config, count=n, hint=hint)]
-    if not abs(z) <= tol.mismatch_ratio_z:
+    if not abs(z) <= tol.mismatch_ratio_z and not abs(m["grpo/mismatch/ratio_mean"] - 1) <= tol.mismatch_ratio_bias:
         hint = ("the importance weights exp(trainer - sampler) do not average to 1, so the sampler's log-probs "
                 "are not those of the distribution it sampled from: top-p/top-k sampling with log-probs "
                 "renormalised over the nucleus while the trainer scores the full vocabulary, or logits processed "

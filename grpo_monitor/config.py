@@ -46,8 +46,13 @@ class Tolerances(BaseModel):
         "and the trainer (docs/mismatch.md); above it the mismatch is a defect (error); also the on_policy rule",
     )
     mismatch_ratio_z: float = Field(
-        8.0, gt=0, description="largest |mean importance weight - 1| in standard errors noise gives; above it the "
-        "sampler's log-probs are not those of the distribution it sampled from (warning)",
+        8.0, gt=0, description="largest |mean importance weight - 1| in standard errors noise gives; above it (and "
+        "above mismatch_ratio_bias) the sampler's log-probs are not those of the distribution it sampled from "
+        "(warning)",
+    )
+    mismatch_ratio_bias: float = Field(
+        0.01, gt=0, description="smallest |mean importance weight - 1| worth a warning: below it a significant "
+        "bias (millions of tokens make tiny ones significant) changes the importance weights by under 1%",
     )
 
 

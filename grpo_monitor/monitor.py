@@ -152,6 +152,9 @@ class GRPOMonitor:
             mismatch_band=(cfg.mismatch_ratio_low, cfg.mismatch_ratio_high), **tensors)
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._acc.add_tokens(vec, self._token_layout)
+        trainer = tensors.get("old_logprobs", tensors.get("logprobs"))
+        if "sampler_logprobs" in tensors and trainer is not None:
+            self._acc.mismatch_batches.append((mask_t, trainer, tensors["sampler_logprobs"]))
 
     @locked
     def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
@@ -203,7 +206,7 @@ class GRPOMonitor:
             found = self._check_rollout(synced)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
-            found += token_violations(synced.tokens, self.config, self.step)
+            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
         return found
 
     def _check_rollout(self, synced: SyncedStep) -> list[Violation]:

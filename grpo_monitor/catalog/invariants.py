@@ -67,7 +67,7 @@ def _mismatch(cfg: MonitorConfig) -> str:
     t = cfg.tolerances
     lag = f" (error off: max_policy_lag={cfg.max_policy_lag})" if cfg.max_policy_lag else ""
     return (f"grpo/mismatch/k3_mean <= {t.mismatch_k3:g} nats per token{lag}; "
-            f"|grpo/mismatch/ratio_mean_z| <= {t.mismatch_ratio_z:g}")
+            f"|grpo/mismatch/ratio_mean_z| <= {t.mismatch_ratio_z:g} or |ratio_mean - 1| <= {t.mismatch_ratio_bias:g}")
 
 
 _RECORDS = (
