@@ -20,9 +20,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from mismatch_lab import DEFECTS, Lab  # noqa: E402
-
 from grpo_monitor.stats.tokens import token_metrics, token_sufficient_stats  # noqa: E402
+from mismatch_lab import DEFECTS, Lab  # noqa: E402
 
 KEYS = ("k3_mean", "k1_mean", "abs_diff_mean", "abs_diff_p99", "abs_diff_max", "ratio_mean", "ratio_mean_z")
 

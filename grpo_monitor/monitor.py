@@ -2,7 +2,7 @@
 
 A step, top to bottom (``end_step``):
 
-1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.sync`);
+1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.step.sync`);
 2. ``found = self._check(synced)``: the invariants of what was synced (pure functions of
    it, plus the convention lock);
 3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
@@ -25,25 +25,24 @@ from typing import Any
 
 import torch
 
-from . import inputs
-from .accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
-from .assemble import assemble_report, violation_metrics
 from .catalog.metrics import DISABLED_PARTS_KEY
-from .checks import group_violations, passk_violations, token_violations, violation
 from .config import MonitorConfig
-from .derive import user_metrics
-from .distributed import rank_and_world
 from .estimators.judge import DEVICE_PROMISES
-from .guard import Faults, fail_open, locked
 from .report import StepReport
-from .repro import save_repro
-from .run_state import RunState
+from .repro.save import save_repro
+from .run.state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
 from .stats.rollout import rollout_stats
-from .sync import SyncedStep, sync_step
+from .step import inputs
+from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
+from .step.checks import group_violations, passk_violations, token_violations, violation
+from .step.distributed import rank_and_world
+from .step.guard import Faults, fail_open, locked
+from .step.metrics import assemble_report, user_metrics, violation_metrics
+from .step.sync import SyncedStep, sync_step
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -184,7 +183,7 @@ class GRPOMonitor:
         return self._finish(synced, self._check(synced))
 
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
-        """See :func:`grpo_monitor.sync.sync_step`; on several ranks every one sends the token slots."""
+        """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""
         if final and self._token_layout is None and rank_and_world()[1] > 1:
             from .stats.tokens import TOKEN_FIELDS
 

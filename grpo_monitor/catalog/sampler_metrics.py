@@ -10,7 +10,8 @@ each one matches, and its sign, is in its meaning.
 
 from __future__ import annotations
 
-from .metrics import MAX, RATIO, Metric, _m
+from .record import MAX, RATIO, Metric
+from .record import metric as _m
 
 _TOK = "mean weighted by the valid tokens with sampler log-probs"
 _NEEDS = "sampler_logprobs, old_logprobs or logprobs"
@@ -33,7 +34,7 @@ def mismatch_entries() -> list[Metric]:
            "sampling/sampling_logp_difference/max. Set by the rarest token of millions, it is large on healthy "
            "runs (0.2-2.5 nats); not a defect test.", **mm),
         _m("grpo/mismatch/abs_diff_p99", "nats", "from a fixed histogram of |Delta| (4 bins per octave, "
-           "2^-16..2^6) summed over micro-batches and ranks", "max", "99th percentile of |Delta|: the upper "
+           "2^-16..2^6) summed over micro-batches and ranks", "max", "The 99th percentile of |Delta|: the upper "
            "edge of the histogram bin holding it (within 25% above the exact value), at most abs_diff_max.", **mm),
         _m("grpo/mismatch/ratio_mean", "ratio", RATIO, _TOK, "Mean token importance weight rho: TRL's "
            "sampling/importance_sampling_ratio/mean (token modes). E_sampler[rho] = 1 whatever the noise when "
@@ -43,7 +44,7 @@ def mismatch_entries() -> list[Metric]:
         _m("grpo/mismatch/ratio_max", "ratio", MAX, "max", "Largest rho: TRL's "
            "sampling/importance_sampling_ratio/max.", panel=ratio, **mm),
         _m("grpo/mismatch/ratio_mean_z", "standard errors", "from the sums of rho - 1 and (rho - 1)^2 over "
-           "micro-batches and ranks", "mean", "(ratio_mean - 1) / its standard error: beyond "
+           "micro-batches and ranks", "mean", "The deviation (ratio_mean - 1) / its standard error: beyond "
            "tolerances.mismatch_ratio_z the sampler's log-probs are not those of the distribution it sampled "
            "from (top-p/top-k renormalised log-probs): a mismatch warning.", **mm),
         _m("grpo/mismatch/outside_frac", "fraction", RATIO, _TOK, "Share of valid tokens with rho outside "

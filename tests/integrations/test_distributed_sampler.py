@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+
 from dist_helpers import run_ranks
 from dist_sampler_worker import sampler_shard
 from sampler_references import mismatch_reference, split_reference

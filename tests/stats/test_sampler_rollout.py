@@ -7,10 +7,10 @@ import math
 import numpy as np
 import pytest
 import torch
-from sampler_references import split_reference
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.inputs import InputValueError
+from grpo_monitor.step.inputs import InputValueError
+from sampler_references import split_reference
 
 SPLIT = ("grpo/groups/degenerate_", "grpo/rows/truncated_rate", "grpo/rows/length_")
 

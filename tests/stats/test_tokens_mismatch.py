@@ -13,13 +13,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from sampler_references import EDGES, mismatch_reference
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.stats.tokens import backends, combine_token_stats, token_metrics, token_sufficient_stats
 from grpo_monitor.stats.tokens.arguments import token_inputs
 from grpo_monitor.stats.tokens.table import HIST_EDGES
 from grpo_monitor.stats.tokens.torch_rows import token_vector
+from sampler_references import EDGES, mismatch_reference
 
 SAMPLER_KEYS = ("grpo/mismatch/", "grpo/entropy/")
 

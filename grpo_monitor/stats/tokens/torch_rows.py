@@ -13,6 +13,7 @@ absolute values; signed extrema get +-inf fills. No host sync, no data-dependent
 from __future__ import annotations
 
 import math
+
 import torch
 
 from .arguments import TokenInputs
@@ -65,8 +66,9 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
     d = trainer - sampler if trainer is not None and sampler is not None else None
     if d is not None:
         parts.update(_mismatch_rows(valid, cnt, d, x.band_log, fast))
-    if sampler is not None or old is not None:
-        parts.update({"nll_tokens": cnt, "nll_sum": -(sampler if sampler is not None else old).sum(1)})
+    sampled = sampler if sampler is not None else old
+    if sampled is not None:
+        parts.update({"nll_tokens": cnt, "nll_sum": -sampled.sum(1)})
     if x.entropy is not None:
         parts.update(_entropy_rows(valid, cnt, torch.where(valid, x.entropy.to(cd), 0.0), x.entropy_low))
     present = [t for t in (u, lr, d) if t is not None] or [t for t in (lp, ref, old, sampler) if t is not None]

@@ -15,10 +15,10 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from .catalog.invariants import GROUP_INVARIANTS, INVARIANTS
-from .config import MonitorConfig
-from .stats.rollout import RolloutDetail
-from .violations import Violation
+from ..catalog.invariants import GROUP_INVARIANTS, INVARIANTS
+from ..config import MonitorConfig
+from ..stats.rollout import RolloutDetail
+from ..violations import Violation
 
 _MAX_GROUPS = 5
 _RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
@@ -139,7 +139,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
     """
-    from .estimators.judge import host_rows
+    from ..estimators.judge import host_rows
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
@@ -214,7 +214,7 @@ def _on_policy(v: dict[str, float], config: MonitorConfig, step: int) -> list[Vi
 def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
     """``mismatch``: an error when the mismatch KL is far above numerical noise (unless the sampler lags by
     design), a warning when the importance weights do not average to 1; noise is never a violation."""
-    from .stats.tokens.readout import mismatch_metrics
+    from ..stats.tokens.readout import mismatch_metrics
 
     m, tol = mismatch_metrics(v), config.tolerances
     k3, z = v["mm_k3_sum"] / v["mm_tokens"], m["grpo/mismatch/ratio_mean_z"]

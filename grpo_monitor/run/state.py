@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from .accumulator import HostGroups
-from .config import MonitorConfig
-from .estimators.judge import EstimatorJudge, Judgement
-from .inputs import plain_state
+from ..config import MonitorConfig
+from ..estimators.judge import EstimatorJudge, Judgement
+from ..step.accumulator import HostGroups
+from ..step.inputs import plain_state
 from .questions import QuestionTracker
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")

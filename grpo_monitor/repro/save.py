@@ -1,6 +1,6 @@
 """Save the tensors of a breach so it can be reproduced offline.
 
-Loading and replaying a saved file live in :mod:`grpo_monitor.reproduce` (which imports the
+Loading and replaying a saved file live in :mod:`grpo_monitor.repro.replay` (which imports the
 monitor; the monitor imports this module).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from .config import MonitorConfig
+from ..config import MonitorConfig
 from .private_files import create_private_file, user_private_dir
 
 
@@ -23,7 +23,7 @@ def repro_dir(config: MonitorConfig) -> str:
 
     The default is ``<tmp>/grpo-monitor-repro-<uid>``, created 0700 and used only while it
     is owned by the current user and writable by nobody else; when another user got there
-    first, a fresh private folder is made instead (see :mod:`grpo_monitor.private_files`).
+    first, a fresh private folder is made instead (see :mod:`grpo_monitor.repro.private_files`).
     """
     if config.repro_dir:
         return config.repro_dir

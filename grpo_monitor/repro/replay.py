@@ -1,6 +1,6 @@
-"""Reproduce a breach offline: load the file :func:`grpo_monitor.repro.save_repro` wrote, and replay it.
+"""Reproduce a breach offline: load the file :func:`grpo_monitor.repro.save.save_repro` wrote, and replay it.
 
-Saving lives in :mod:`grpo_monitor.repro` (the monitor imports it); this module imports the
+Saving lives in :mod:`grpo_monitor.repro.save` (the monitor imports it); this module imports the
 monitor, so the two never import each other.
 """
 
@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from .config import MonitorConfig
-from .monitor import GRPOMonitor
-from .report import StepReport
+from ..config import MonitorConfig
+from ..monitor import GRPOMonitor
+from ..report import StepReport
 
 
 def load_repro(path: str) -> dict[str, Any]:
