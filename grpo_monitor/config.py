@@ -51,8 +51,8 @@ class Tolerances(BaseModel):
         "(warning)",
     )
     mismatch_ratio_bias: float = Field(
-        0.01, gt=0, description="smallest |mean importance weight - 1| worth a warning: below it a significant "
-        "bias (millions of tokens make tiny ones significant) changes the importance weights by under 1%",
+        0.02, gt=0, description="smallest |mean importance weight - 1| worth a warning: above what noise gives on "
+        "a few hundred tokens (docs/mismatch.md); below it a significant bias changes the weights by under 2%",
     )
 
 

@@ -23,7 +23,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 VOCAB, PROMPT = 48, 4
 #: Each defect the invariant must catch, by name (see ``Lab.step``).
-DEFECTS = ("stale_weights", "temperature", "shifted_tokens", "other_model", "shifted_mask", "top_p")
+DEFECTS = ("stale_weights", "unsynced", "temperature", "shifted_tokens", "other_model", "shifted_mask", "top_p")
 
 
 @dataclasses.dataclass
@@ -63,7 +63,7 @@ class Lab:
     """The loop: ``step(defect=None)`` returns one ``Batch`` and trains once."""
 
     def __init__(self, seed: int = 0, rows: int = 16, new_tokens: int = 12, temperature: float = 0.7,
-                 lr: float = 1e-2, sampler_dtype: torch.dtype = torch.bfloat16):
+                 lr: float = 1e-3, sampler_dtype: torch.dtype = torch.bfloat16):
         self.model = tiny_model(seed)
         self.other = tiny_model(seed + 1000)
         self.sampler = copy.deepcopy(self.model).to(sampler_dtype)  # the inference engine's copy of the weights
@@ -71,6 +71,7 @@ class Lab:
         self.opt = torch.optim.Adam(self.model.parameters(), lr=lr)
         self.gen = torch.Generator().manual_seed(seed)
         self.history = [self._weights()]  # the trainer's weights after each optimizer step, oldest first
+        self.initial = self.history[0]  # what a sampler never synced holds
 
     def _weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -96,12 +97,18 @@ class Lab:
 
     def step(self, defect: str | None = None, lag: int = 1) -> Batch:
         """Sync the sampler, sample, score with the trainer, train once; ``defect`` breaks one thing the way real
-        pipelines do (``stale_weights``: the sampler holds the weights of ``lag`` optimizer steps ago)."""
-        self.sync(lag if defect == "stale_weights" else 0)
+        pipelines do (``stale_weights``: the sampler holds the weights of ``lag`` optimizer steps ago;
+        ``unsynced``: the initial weights, never synced)."""
+        if defect == "unsynced":
+            self.sampler.load_state_dict(self.initial)
+        else:
+            self.sync(lag if defect == "stale_weights" else 0)
         seqs, sampler_lp = self.sample(top_p=0.9 if defect == "top_p" else None)
         lengths = torch.randint(self.new // 2, self.new + 1, (self.rows,), generator=self.gen)
         mask = (torch.arange(self.new)[None] < lengths[:, None]).float()
         sampler_lp = torch.where(mask > 0, sampler_lp, 0.0)  # padding carries 0, as engines report it
+        seqs = seqs.clone()
+        seqs[:, -self.new:] = torch.where(mask > 0, seqs[:, -self.new:], 2)  # the pad token after each response
         scorer = self.other if defect == "other_model" else self.model
         temperature = 1.0 if defect == "temperature" else self.temperature
         with torch.no_grad():
@@ -111,7 +118,8 @@ class Lab:
         if defect == "shifted_mask":
             mask = torch.roll(mask, 1, dims=1)
             mask[:, 0] = 0.0
-        rewards = (seqs[:, -self.new:] % 2 == 0).float().mean(1)  # a reward the policy can learn
+        toks = seqs[:, -self.new:]
+        rewards = ((toks % 3 == 0) & (toks > 2) & (mask > 0)).float().sum(1) / mask.sum(1)  # learnable; not the pad
         self._train(seqs, rewards)
         return Batch(mask, sampler_lp, old, entropy, rewards)
 
