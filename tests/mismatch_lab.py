@@ -44,8 +44,9 @@ def tiny_model(seed: int, logit_scale: float = 20.0):
     torch.manual_seed(seed)
     cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64, bos_token_id=0,
-                      eos_token_id=1, pad_token_id=2, tie_word_embeddings=False)
+                      eos_token_id=None, pad_token_id=2, tie_word_embeddings=False)
     model = LlamaForCausalLM(cfg)
+    model.generation_config.eos_token_id = None  # no EOS: generate applies no logits processor but the sampling ones
     with torch.no_grad():
         model.lm_head.weight.mul_(logit_scale)
     return model.eval()
@@ -89,7 +90,7 @@ class Lab:
         with torch.no_grad():
             out = sampler.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
                                    temperature=self.temperature, top_k=0, max_new_tokens=self.new,
-                                   min_new_tokens=self.new, output_scores=True, return_dict_in_generate=True,
+                                   output_scores=True, return_dict_in_generate=True,
                                    pad_token_id=2, **extra)
         scores = torch.stack(out.scores, 1).float()  # after temperature (and top-p): what the sampler sampled from
         seqs = out.sequences
