@@ -61,6 +61,7 @@ from grpo_monitor.stats.tokens import TOKEN_FIELDS, native_build, token_inputs, 
 from grpo_monitor.stats.tokens import backends as bk  # noqa: E402
 
 T = 4096
+SAMPLER_INPUTS = ", sampler_logprobs, entropy"
 SIZES = {"1M": 1 << 20, "8M": 1 << 23, "32M": 1 << 25}
 BACKENDS: dict[str, bk.Backend] = {"native": bk.NATIVE, "compiled": bk.COMPILED, "eager": bk.EAGER}
 
@@ -256,7 +257,7 @@ def main() -> None:
         raise SystemExit(f"--backends takes some of {list(BACKENDS)}; got {sorted(unknown)}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {os.getloadavg()[0]:.1f}; float32 inputs "
-          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs{', sampler_logprobs, entropy' if args.sampler else ''}"
+          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs{SAMPLER_INPUTS if args.sampler else ''}"
           f"), T = {T}, spread {args.spread}; "
           f"{args.reps} runs after warm-up")
     print(f"{'tokens':>6} {'column':>9} {'median / min':>23} {'x floor':>8}  {'first':>8}")

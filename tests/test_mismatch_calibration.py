@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from mismatch_lab import Lab
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
+from mismatch_lab import Lab
 
 pytest.importorskip("transformers")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sampler_references import mismatch_reference
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from sampler_references import mismatch_reference
 
 verl = pytest.importorskip("verl")
 from verl import DataProto  # noqa: E402
