@@ -67,3 +67,17 @@ def test_without_a_mask_the_error_is_worded():
     """A DataProto without responses or masks is refused with the missing key named."""
     with pytest.raises(ValueError, match="responses"):
         dataproto_token_inputs(DataProto.from_dict({"old_log_probs": torch.zeros(2, 3)}))
+
+
+def test_the_helpers_example_runs():
+    """dataproto_token_inputs's docstring example runs as written (on a real DataProto)."""
+    import doctest
+
+    from grpo_monitor.integrations import verl as grpo_verl
+
+    finder = doctest.DocTestFinder()
+    tests = [t for t in finder.find(grpo_verl) if t.name.endswith("dataproto_token_inputs")]
+    runner = doctest.DocTestRunner()
+    for t in tests:
+        runner.run(t)
+    assert tests and runner.failures == 0
