@@ -13,10 +13,11 @@ import torch
 from ..config import MonitorConfig
 from ..monitor import GRPOMonitor
 from ..report import StepReport
+from .save import SavedRollout
 
 
 def load_repro(path: str) -> dict[str, Any]:
-    """The saved breach: ``step``, ``config``, ``invariants`` and ``rollouts``.
+    """The saved breach: ``format``, ``step``, ``config``, ``invariants``, ``rollouts`` and ``estimator_lock``.
 
     Replay it with :func:`replay`. The file holds tensors and plain Python values only, so it
     loads with ``weights_only=True`` (no pickled code runs).
@@ -25,10 +26,16 @@ def load_repro(path: str) -> dict[str, Any]:
 
 
 def replay(path: str, **config_overrides: Any) -> StepReport:
-    """Feed a saved breach to a fresh monitor (policy ``"ignore"``) and return its report."""
+    """Feed a saved breach to a fresh monitor (policy ``"ignore"``) and return its report.
+
+    The monitor gets what the live check had: the same arguments (token counts included) and
+    the estimator lock the run had reached, so it judges the step as the live check did.
+    """
     data = load_repro(path)
     cfg = {**data["config"], "on_violation": "ignore", "policies": {}, **config_overrides}
     mon = GRPOMonitor(MonitorConfig(**cfg))
-    for r in data["rollouts"]:
-        mon.observe_rollout(r["rewards"], group_ids=r["group_index"], advantages=r["advantages"])
+    if data.get("estimator_lock") and not config_overrides:
+        mon._run.estimator.load_state_dict(data["estimator_lock"])
+    for saved in data["rollouts"]:
+        mon.observe_rollout(**SavedRollout.load(saved).observe_args())
     return mon.end_step(data["step"])

@@ -1,11 +1,15 @@
-"""Save the tensors of a breach so it can be reproduced offline.
+"""Save the tensors of a breach so it can be reproduced offline, in the one repro file format.
 
-Loading and replaying a saved file live in :mod:`grpo_monitor.repro.replay` (which imports the
-monitor; the monitor imports this module).
+The format is :class:`SavedRollout` (one per ``observe_rollout`` call: everything the live
+check used, token counts and question ids included) plus the step, the config, the broken
+invariants and the estimator lock the run had reached (``FORMAT`` numbers it). Loading and
+replaying live in :mod:`grpo_monitor.repro.replay` (which imports the monitor; the monitor
+imports this module); both read the format from here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Sequence
@@ -16,6 +20,9 @@ import torch
 
 from ..config import MonitorConfig
 from .private_files import create_private_file, user_private_dir
+
+#: Version of the repro file format (2: lengths, question ids and the estimator lock saved).
+FORMAT = 2
 
 
 def repro_dir(config: MonitorConfig) -> str:
@@ -34,9 +41,46 @@ def repro_dir(config: MonitorConfig) -> str:
     return str(folder)
 
 
-def save_repro(config: MonitorConfig, step: int, state: Any,
-               violations: Sequence[Any]) -> tuple[str | None, str | None]:
-    """Write the step's rollouts (rewards, group index, labels, advantages) to a ``.pt`` file.
+@dataclasses.dataclass(frozen=True)
+class SavedRollout:
+    """One ``observe_rollout`` call as saved: the arguments the live check was given, on the CPU."""
+
+    rewards: torch.Tensor
+    group_index: torch.Tensor
+    group_labels: list[str]
+    advantages: torch.Tensor | None
+    lengths: torch.Tensor | None = None
+    question_ids: list[str] | None = None
+
+    @staticmethod
+    def of(record: Any) -> SavedRollout:
+        """From an accumulator's ``RolloutRecord``."""
+        return SavedRollout(
+            rewards=record.rewards.detach().cpu(), group_index=record.gid.detach().cpu(),
+            group_labels=[str(x) for x in record.labels], advantages=_cpu(record.advantages),
+            lengths=_cpu(record.lengths),
+            question_ids=None if record.questions is None else [str(q) for q in record.questions],
+        )
+
+    def observe_args(self) -> dict[str, Any]:
+        """The keyword arguments that feed it to ``GRPOMonitor.observe_rollout`` again (rewards included)."""
+        return dict(rewards=self.rewards, group_ids=self.group_index, advantages=self.advantages,
+                    lengths=self.lengths)
+
+    @staticmethod
+    def load(saved: dict[str, Any]) -> SavedRollout:
+        """From the plain dict a file holds (format 1 files have no lengths or question ids)."""
+        fields = {f.name for f in dataclasses.fields(SavedRollout)}
+        return SavedRollout(**{k: v for k, v in saved.items() if k in fields})
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().cpu()
+
+
+def save_repro(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any],
+               lock: dict[str, Any] | None = None) -> tuple[str | None, str | None]:
+    """Write the step's rollouts (:class:`SavedRollout`) and the estimator ``lock`` to a ``.pt`` file.
 
     Returns ``(path, None)``, or ``(None, reason)`` when saving failed for any reason (a full
     disk, a folder of another user, a file in the way): the dump must never hide the breach.
@@ -44,7 +88,7 @@ def save_repro(config: MonitorConfig, step: int, state: Any,
     included, is never opened; the next free ``-N`` suffix is taken instead.
     """
     try:
-        payload = _payload(config, step, state, violations)
+        payload = _payload(config, step, state, violations, lock)
         folder = Path(repro_dir(config))
         if not folder.is_dir():
             folder.mkdir(mode=0o700, parents=True)
@@ -53,18 +97,11 @@ def save_repro(config: MonitorConfig, step: int, state: Any,
         return None, f"{type(exc).__name__}: {exc}"[:300]
 
 
-def _payload(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any]) -> dict[str, Any]:
-    rollouts = [
-        {
-            "rewards": r.rewards.detach().cpu(),
-            "group_index": r.gid.detach().cpu(),
-            "group_labels": [str(x) for x in r.labels],
-            "advantages": None if r.advantages is None else r.advantages.detach().cpu(),
-        }
-        for r in state.rollouts
-    ]
-    return {"step": step, "config": config.model_dump(), "invariants": [v.invariant for v in violations],
-            "rollouts": rollouts}
+def _payload(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any],
+             lock: dict[str, Any] | None) -> dict[str, Any]:
+    rollouts = [dataclasses.asdict(SavedRollout.of(r)) for r in state.rollouts]
+    return {"format": FORMAT, "step": step, "config": config.model_dump(),
+            "invariants": [v.invariant for v in violations], "rollouts": rollouts, "estimator_lock": lock}
 
 
 def _write_new(folder: Path, stem: str, payload: dict[str, Any]) -> str:

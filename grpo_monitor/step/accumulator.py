@@ -108,7 +108,7 @@ class Accumulator:
 
     ``rollout_checked`` is the host copy of the rollout statistics already synced and
     checked this step (an eager check per ``observe_rollout``); ``rollouts[:checked]`` are
-    their records. ``violations`` and ``convention`` are the step's findings.
+    their records. ``violations`` and ``estimator`` (the judgement of the step's advantage estimator) are its findings.
     """
 
     rollout_pending: torch.Tensor | None = None  # device: not yet synced
@@ -118,7 +118,7 @@ class Accumulator:
     rollouts: list[RolloutRecord] = dataclasses.field(default_factory=list)
     generations: list[GenerationRecord] = dataclasses.field(default_factory=list)
     violations: list[Any] = dataclasses.field(default_factory=list)
-    convention: Any = None
+    estimator: Any = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
     #: (mask, trainer log-probs, sampler log-probs) of the step's micro-batches with sampler log-probs:

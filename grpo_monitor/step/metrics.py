@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.metrics import MONITOR_SECTIONS
 from ..report import StepReport
 from .accumulator import HostGroups
 
@@ -94,7 +93,7 @@ def _finite_or_zero(x: float) -> float:
     return x if math.isfinite(x) else 0.0
 
 
-def convention_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
+def estimator_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
     """The estimator in use as numbers: its index in ``grpo_monitor.ESTIMATORS`` (-1: none fits).
 
     The five classic conventions come first, in ``CONVENTIONS`` order, so their indices are unchanged.
@@ -128,49 +127,12 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
     return out
 
 
-def user_metrics(metrics: object) -> dict[str, float]:
-    """``add_metrics``' argument checked: non-empty string keys outside the monitor's own
-    sections (``grpo/<section>/...`` for the sections in ``MONITOR_SECTIONS``), finite numbers.
-
-    >>> user_metrics({"grpo/trl/gap": 0.5, "custom/lr": 1})
-    {'grpo/trl/gap': 0.5, 'custom/lr': 1.0}
-    """
-    from .inputs import InputTypeError, InputValueError
-
-    if not isinstance(metrics, dict):
-        raise InputTypeError(f"metrics must be a dict of str -> float, but got {type(metrics).__name__}")
-    out = {}
-    for key, value in metrics.items():
-        if not isinstance(key, str) or not key.strip():
-            raise InputValueError(f"metrics keys must be non-empty strings, but got {key!r}")
-        parts = key.split("/")
-        if parts[0] == "grpo" and len(parts) > 1 and parts[1] in MONITOR_SECTIONS:
-            raise InputValueError(
-                f"metrics key {key!r} is in the monitor's own section 'grpo/{parts[1]}/'; "
-                "use your own prefix (e.g. 'grpo/user/...' or 'custom/...')")
-        out[key] = _finite(key, value)
-    return out
-
-
-def _finite(key: str, value: object) -> float:
-    from .inputs import InputTypeError, InputValueError
-
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - whatever float() refuses (a list, a multi-element tensor)
-        raise InputTypeError(f"metrics[{key!r}] must be a finite number, but got {type(value).__name__} "
-                             f"{value!r:.40}") from None
-    if isinstance(value, (str, bytes)) or not math.isfinite(number):
-        kind = InputTypeError if isinstance(value, (str, bytes)) else InputValueError
-        raise kind(f"metrics[{key!r}] must be a finite number, but got {value!r:.40}")
-    return number
-
 def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
-                    tokens: dict[str, float] | None, groups: HostGroups | None, convention: Any,
+                    tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,
                     violations: Sequence[Any], run: Any, failed: bool) -> StepReport:
     """Metrics, histograms, tables and violations of the step.
 
-    ``rollout`` is the whole step's rollout statistics, ``convention`` the step's fit (or
+    ``rollout`` is the whole step's rollout statistics, ``estimator`` the step's judgement (or
     None), ``run`` the :class:`~grpo_monitor.run.state.RunUpdate` of this step (or None).
     """
     metrics: dict[str, float] = {}
@@ -178,8 +140,8 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
         metrics.update(rollout_metrics(rollout))
         if groups is not None:
             metrics.update(degenerate_split(rollout, groups.kept))
-    if convention is not None:
-        metrics.update(convention_metrics(convention.name, convention.stabilizer))
+    if estimator is not None:
+        metrics.update(estimator_metrics(estimator.name, estimator.stabilizer))
     if ledger and ledger.get("generation_batches", 0) > 0:
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
     if tokens is not None:
@@ -187,7 +149,7 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
 
         metrics.update(token_metrics(list(tokens.values())))  # the dict keeps TOKEN_FIELDS order
     report = StepReport(step, metrics, list(violations), failed=failed)
-    report.convention = convention.name if convention is not None else None
+    report.convention = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))
     if run is not None:
         metrics.update(run.metrics)
