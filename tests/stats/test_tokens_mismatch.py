@@ -195,3 +195,14 @@ def test_inductor_compiled_pass_matches_the_reference(monkeypatch):
     got_p99, want_p99 = got.pop("grpo/mismatch/abs_diff_p99"), want.pop("grpo/mismatch/abs_diff_p99")
     assert_close(got, want, 1e-4)
     assert got_p99 == pytest.approx(want_p99, rel=0.26)
+
+
+def test_sampler_inputs_take_the_eager_pass():
+    """With sampler log-probs or entropies even compile=True selects eager (native and compiled decline them);
+    without them the choice is unchanged."""
+    from grpo_monitor.stats.tokens import select_backend
+
+    x = batch(1, dtype=torch.float32)
+    assert select_backend(token_inputs(**x), compile=True).name == "eager"
+    plain = {k: v for k, v in x.items() if k not in ("sampler_logprobs", "entropy")}
+    assert select_backend(token_inputs(**plain), compile=True).name != "eager" or backends.COMPILED.broken

@@ -129,7 +129,10 @@ class CompiledBackend:
         self.kernels: dict[tuple, Callable] = {}
 
     def accepts(self, x: TokenInputs) -> bool:
-        return not self.broken
+        """Not with sampler log-probs or entropies: inductor takes minutes to build the |Delta| histogram's
+        scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
+        floor, so those inputs take the eager pass (one pass in row blocks) until the C kernel computes them."""
+        return not self.broken and x.sampler_logprobs is None and x.entropy is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
         if is_compiling():
