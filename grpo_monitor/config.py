@@ -54,6 +54,10 @@ class Tolerances(BaseModel):
         0.02, gt=0, description="smallest |mean importance weight - 1| worth a warning: above what noise gives on "
         "a few hundred tokens (docs/mismatch.md); below it a significant bias changes the weights by under 2%",
     )
+    loss_aggregation: float = Field(
+        1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
+        "aggregation's, at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
+    )
 
 
 class MonitorConfig(BaseModel):
@@ -123,8 +127,26 @@ class MonitorConfig(BaseModel):
     sink_stall_timeout: float = Field(
         30.0, gt=0, description="seconds one sink call may run before the sink counts as blocked"
     )
+    sink_when_full: Literal["drop", "block"] = Field(
+        "drop", description="what a background sink's full queue does to a new report: 'drop' it (counted in "
+        "grpo/monitor/dropped_reports, warned) so training never waits, or 'block' until there is room "
+        "(backpressure, for offline runs such as the demo and scan; a sink hung past sink_stall_timeout still drops)"
+    )
     sink_flush_timeout: float = Field(
         20.0, gt=0, description="seconds close() waits in all for background sinks to drain"
+    )
+    loss_aggregation: str = Field(
+        "auto", description="how the loss aggregates token terms: 'auto' (fitted, not checked), token_mean, "
+        "seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, constant_normalizer, token_sum, or a "
+        "trainer's name (trl.grpo, trl.dapo, ..., verl's token-mean, seq-mean-token-mean, ...)",
+    )
+    loss_scope: Literal["auto", "micro_batch", "step"] = Field(
+        "auto", description="whether the loss's denominator counts the micro-batch (divided by the micro-batches "
+        "of the step) or the whole optimizer step; 'auto': the alias's, else either",
+    )
+    loss_normalizer: float | None = Field(
+        None, gt=0, description="T of constant_normalizer (tokens per response, e.g. max_completion_length); "
+        "None: fitted",
     )
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
@@ -162,6 +184,15 @@ class MonitorConfig(BaseModel):
 
         if value != "auto" and value not in ESTIMATORS:
             raise ValueError(f"unknown estimator {value!r}; expected 'auto' or one of {sorted(ESTIMATORS)}")
+        return value
+
+    @field_validator("loss_aggregation")
+    @classmethod
+    def _known_aggregation(cls, value: str) -> str:
+        from .stats.aggregations import known_names
+
+        if value not in known_names():
+            raise ValueError(f"unknown loss aggregation {value!r}; expected one of {known_names()}")
         return value
 
     @field_validator("clip_range")

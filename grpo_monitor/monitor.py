@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from .catalog.metrics import DISABLED_PARTS_KEY
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
+from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
@@ -37,11 +37,12 @@ from .stats.groups import group_reward_stats
 from .stats.rollout import rollout_stats
 from .step import inputs
 from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
-from .step.checks import breached_promises, rollout_findings, token_violations
+from .step.checks import breached_promises, rollout_findings, token_violations, violation
 from .step.distributed import rank_and_world
 from .step.guard import Faults, fail_open, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
+from .step.weights import LossWeights, summarize
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -65,7 +66,8 @@ class GRPOMonitor:
         self.rank, self.world = rank_and_world()
         cfg = self.config
         self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
-                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout)
+                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout,
+                             when_full=cfg.sink_when_full)
         self.step = 0
         self.closed = False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
@@ -75,6 +77,10 @@ class GRPOMonitor:
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
+        self._weights = LossWeights()  # the loss's token weights: the step's rows, the rollout they index
+        self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
+        self._weights_histograms: dict[str, list[float]] = {}
+        self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -103,6 +109,7 @@ class GRPOMonitor:
                                     self.config.group_size, tokens, cut)
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens)
         self._acc.add_rollout(vec, record)
+        self._weights.set_reference(layout.gid, detail.stats.degenerate, questions or layout.labels)
         if not self.config.defer_checks:
             self._check_now()
 
@@ -129,14 +136,21 @@ class GRPOMonitor:
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
                      old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
-                     entropy: Any = None) -> None:
+                     entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
         ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
         generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
         ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
+        ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
+        computed from ``logprobs`` with grad) makes the monitor measure each token's weight
+        ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
+        untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each
+        row's index into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
         """
         from .stats import tokens as tok
+
+        raw_logprobs, loss_t, rows_t = logprobs, inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
 
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
                        old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy)
@@ -153,6 +167,9 @@ class GRPOMonitor:
         trainer = tensors.get("old_logprobs", tensors.get("logprobs"))
         if "sampler_logprobs" in tensors and trainer is not None:
             self._acc.mismatch_batches.append((mask_t, trainer, tensors["sampler_logprobs"]))
+        self._guarded_weights(self._weights.observe, mask_t, tensors, loss=loss_t, rows=rows_t,
+                              derive=self.config.loss_aggregation != "auto",
+                              logprobs=raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
 
     @locked
     def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
@@ -188,7 +205,7 @@ class GRPOMonitor:
 
             self._token_layout = FieldLayout(TOKEN_FIELDS)
         return sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
-                         final=final, collective=collective)
+                         final=final, collective=collective, weights=self._weights.flat() if final else None)
 
     def _check_now(self) -> None:
         """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
@@ -214,7 +231,36 @@ class GRPOMonitor:
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
+        if synced.weights is not None:
+            found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
         return found
+
+    def _guarded_weights(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """The loss-weights part fails open on its own: a fault switches off only it (``"weights"``)."""
+        if "weights" in self._guard.disabled:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except (InvariantViolation, inputs.InputError):
+            raise
+        except Exception:
+            if self.config.strict:
+                raise
+            self._fault("weights")
+            self._weights.end_step()
+            return None
+
+    def _check_weights(self, flat: torch.Tensor, every_rank: tuple | None) -> list[Violation]:
+        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
+        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
+        ref = self._weights.reference
+        summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None, every_rank)
+        self._weights_metrics = summary.metrics
+        self._weights_histograms = summary.histograms
+        if summary.offending is None:
+            return []
+        return [violation("loss_aggregation", self.step, summary.offending, self.config, summary.groups,
+                          count=summary.count)]
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
         """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
@@ -276,16 +322,22 @@ class GRPOMonitor:
                 raise
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
+        report.metrics.update(self._weights_metrics)
+        report.histograms.update(self._weights_histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         return report
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
         self.sinks.emit(report)
+        self._steps_ended += 1
+        self._guard.retried.clear()
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}
+        self._weights.end_step()
+        self._weights_metrics, self._weights_histograms = {}, {}
 
     # ----------------------------------------------------------- fail-open
     @property
@@ -295,7 +347,7 @@ class GRPOMonitor:
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part``, drop its data; announce it once when it is switched off."""
+        """Log an internal fault of ``part``, drop its data; announce it once when it is off for the run."""
         if self._guard.record(part, self.step):
             self._guard.announce(part, self.step, self.sinks)
         self._drop(part)
@@ -310,13 +362,14 @@ class GRPOMonitor:
             acc.ledger, acc.generations = None, []
         elif part == "loss":
             acc.tokens = None
+            self._weights.end_step()
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
         """What a disabled part does: nothing, except ``end_step``, which still closes the step."""
         if part != "end_step":
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         self._emit(report)
         return report
 
@@ -328,7 +381,23 @@ class GRPOMonitor:
         (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
         """
         with self._lock:
+            if not self.closed and self._unfinished():
+                self._end_unfinished()
             self._close(failed=False)
+
+    def _unfinished(self) -> bool:
+        """Whether the current step holds observed data that no ``end_step`` has reported yet."""
+        acc = self._acc
+        return bool(acc.rollouts or acc.generations or acc.tokens is not None or self._extra)
+
+    def _end_unfinished(self) -> None:
+        """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""
+        text = f"grpo-monitor: close() ended step {self.step}, which had data observed but no end_step()"
+        if not self._steps_ended:
+            text += ("; end_step() was never called on this monitor: call it once per training step (the "
+                     "integrations do), else nothing reaches the sinks until close()")
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        self.end_step()
 
     def _close(self, failed: bool) -> None:
         if self.closed:
@@ -348,7 +417,13 @@ class GRPOMonitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         with self._lock:
-            self._close(failed=exc_type is not None)
+            if exc_type is None:
+                self.close()
+                return
+            if not self.closed and self._unfinished():
+                warnings.warn(f"grpo-monitor: step {self.step} was observed but not ended when the with-block "
+                              f"raised {exc_type.__name__}; its data is not reported", RuntimeWarning, stacklevel=2)
+            self._close(failed=True)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
@@ -382,11 +457,18 @@ class GRPOMonitor:
         with self._lock:
             return {"step": self.step, **self._run.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
+    def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
+        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
+
+        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`);
+        a state of another declared group size or estimator is refused unless ``allow_config_change``.
+        """
         with self._lock:
-            self._run.load_state_dict(state)
-            self.step = int(state["step"])
+            saved = validate_state(state)
+            check_config(saved, self.config, allow_config_change)
+            run = RunState(self.config)
+            run.load_state_dict(saved.model_dump())
+            self._run, self.step = run, saved.step
 
 
 def _is_rank_zero() -> bool:

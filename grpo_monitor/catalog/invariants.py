@@ -75,6 +75,12 @@ def _mismatch(cfg: MonitorConfig) -> str:
             f"|grpo/mismatch/ratio_mean_z| <= {t.mismatch_ratio_z:g} or |ratio_mean - 1| <= {t.mismatch_ratio_bias:g}")
 
 
+def _loss_aggregation(cfg: MonitorConfig) -> str:
+    scope = "" if cfg.loss_scope == "auto" else f", {cfg.loss_scope} scope"
+    return (f"per-token weights of loss_aggregation={cfg.loss_aggregation!r}{scope} within "
+            f"{cfg.tolerances.loss_aggregation:g} relative")
+
+
 _RECORDS = (
     Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
               "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
@@ -135,6 +141,11 @@ _RECORDS = (
               "log-probs renormalised over the nucleus while the trainer scores the full vocabulary, or logits "
               "processed after the log-probs were taken (warning)",
               "tokens", "mismatch_k3", "error", _mismatch),
+    Invariant("loss_aggregation", "at ratio 1 without a KL term, every token's loss weight dloss/dlogprob is "
+              "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
+              "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "
+              "micro-batch's tokens instead of the step's, gradient accumulation not divided out, or an extra "
+              "per-token factor", "tokens", "loss_aggregation", "error", _loss_aggregation),
 )
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).
