@@ -88,11 +88,14 @@ class GRPOMonitor:
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
-                        lengths: Any = None) -> None:
+                        lengths: Any = None, truncated: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
         ``lengths`` (token counts per row, optional) lets the check replay estimators that
-        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly. An empty batch
+        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
+        lengths of rows above and below their group's mean reward. ``truncated`` (bool per
+        row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
+        when that is set) gives ``grpo/rows/truncated_rate``. An empty batch
         (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
@@ -100,13 +103,13 @@ class GRPOMonitor:
         adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
         tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        cut = inputs.truncation_rows(truncated, tokens, self.config.max_response_length, layout)
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
                 self._check_now()  # the other ranks' eager check waits for this one
             return
-        vec, detail = rollout_stats(
-            layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
-        )
+        vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances,
+                                    self.config.group_size, tokens, cut)
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens)
         self._acc.add_rollout(vec, record)
         self._weights.set_reference(layout.gid, detail.stats.degenerate, questions or layout.labels)
@@ -135,9 +138,13 @@ class GRPOMonitor:
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
-                     old_logprobs: Any = None, kl: Any = None, loss: Any = None, rows: Any = None) -> None:
+                     old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
+                     entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
+        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
+        generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
+        ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
         ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
         computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
@@ -149,16 +156,20 @@ class GRPOMonitor:
         raw_logprobs, loss_t, rows_t = logprobs, inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
 
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                       old_logprobs=old_logprobs, kl=kl)
+                       old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy)
         tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
         mask_t = inputs.as_tensor(mask, "mask")
         with inputs.boundary():
             tok.validate_token_inputs(mask_t, **tensors)
+        cfg = self.config
         vec = tok.token_sufficient_stats(
-            mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
-        )
+            mask_t, clip_range=cfg.clip_range, kl_clamp=cfg.kl_clamp, entropy_low=cfg.entropy_low_threshold,
+            mismatch_band=(cfg.mismatch_ratio_low, cfg.mismatch_ratio_high), **tensors)
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._acc.add_tokens(vec, self._token_layout)
+        trainer = tensors.get("old_logprobs", tensors.get("logprobs"))
+        if "sampler_logprobs" in tensors and trainer is not None:
+            self._acc.mismatch_batches.append((mask_t, trainer, tensors["sampler_logprobs"]))
         self._guarded_weights(self._weights.observe, mask_t, tensors, loss=loss_t, rows=rows_t,
                               derive=self.config.loss_aggregation != "auto",
                               logprobs=raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
@@ -234,7 +245,7 @@ class GRPOMonitor:
                 self._acc.estimator = judged
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
-            found += token_violations(synced.tokens, self.config, self.step)
+            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
         if synced.weights is not None:
             found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
         return found
