@@ -38,7 +38,7 @@ from .guard import Faults, fail_open, locked
 from .report import StepReport
 from .repro import save_repro
 from .run_state import RunState
-from .sinks.base import Sink
+from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
@@ -283,7 +283,7 @@ class GRPOMonitor:
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
-        self.sinks.emit(report)
+        self.sinks.emit(report, config=lambda: run_params(self.config))
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}

@@ -39,7 +39,8 @@ class SinkHealth:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One call to make on a sink: ``kind`` is "report", "alert" or "finish"; ``what`` names it in warnings."""
+    """One call to make on a sink: ``kind`` is "report", "config", "alert" or "finish"; ``what`` names it in
+    warnings."""
 
     kind: str
     what: str
@@ -60,6 +61,11 @@ class Job:
     def for_alert(cls, title: str, text: str, level: str) -> Job:
         """``alert(title, text, level)``."""
         return cls("alert", f"alert {title!r}", lambda sink: sink.alert(title, text, level))
+
+    @classmethod
+    def for_config(cls, params: dict[str, Any]) -> Job:
+        """``log_config(params)``: the run's configuration, before its first report."""
+        return cls("config", "the run config", lambda sink: sink.log_config(params))
 
     @classmethod
     def for_finish(cls, failed: bool) -> Job:
