@@ -38,7 +38,7 @@ def sinks_for(args: Any) -> list[Sink]:
     opens (W&B's active run, the training thread's Trackio and MLflow runs); ``"tensorboard"``
     a :class:`~grpo_monitor.sinks.TensorBoardSink` in the trainer's logging folder. Other
     trackers are named once in a warning; with none left (``report_to="none"``) the monitor
-    writes ``<output_dir>/grpo_monitor/monitor.jsonl`` and prints its path
+    writes ``<output_dir>/grpo-monitor/monitor.jsonl`` and prints its path
     (:func:`grpo_monitor.sinks.auto.sinks_for_trackers`).
     """
     from grpo_monitor.sinks.auto import sinks_for_trackers, tracker_names

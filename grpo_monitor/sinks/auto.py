@@ -24,8 +24,10 @@ from .base import Sink
 #: Trackers with a sink. ``console`` and ``file`` are the trainer's own printing/logging: no sink, no warning.
 SUPPORTED: tuple[str, ...] = ("wandb", "tensorboard", "trackio", "mlflow")
 SILENT: tuple[str, ...] = ("console", "file", "none", "codecarbon")
-#: Where the fallback log goes, under the trainer's output folder.
-FALLBACK_NAME = "grpo_monitor/monitor.jsonl"
+#: Where the fallback log goes, under the trainer's output folder (a name no Python package has).
+FALLBACK_NAME = "grpo-monitor/monitor.jsonl"
+#: The folder used instead when the trainer names no output folder (default: the working directory).
+LOG_DIR_ENV = "GRPO_MONITOR_LOG_DIR"
 _WARNED: set[str] = set()
 
 
@@ -94,12 +96,55 @@ def _sink(name: str, output_dir: str | os.PathLike | None, tensorboard_dir: str 
 
 
 def fallback_sink(framework: str, output_dir: str | os.PathLike | None) -> Sink:
-    """A JSONL log at ``<output_dir>/grpo_monitor/monitor.jsonl``; its path printed once (rank 0)."""
+    """A JSONL log at ``<output_dir>/grpo-monitor/monitor.jsonl``; its path printed (rank 0).
+
+    Without ``output_dir``: under ``$GRPO_MONITOR_LOG_DIR``, else the working directory."""
     from ..distributed import rank_and_world
     from .jsonl import JSONLSink
 
-    path = (Path(output_dir) if output_dir else Path.cwd()) / FALLBACK_NAME
+    folder = output_dir or os.environ.get(LOG_DIR_ENV) or Path.cwd()
+    path = Path(folder) / FALLBACK_NAME
     if rank_and_world()[0] == 0:
         print(f"grpo-monitor ({framework}): no tracker to log into; writing the monitor's log to {path.resolve()} "
               f"(read it with `grpo-monitor report {path.parent.resolve()}`)", file=sys.stderr, flush=True)
     return JSONLSink(path)
+
+
+#: Sink specs of ``GRPO_MONITOR_CONFIG``'s ``"sinks"``: a name, or ``name:argument``.
+SPECS = ("auto", "jsonl:PATH", "tensorboard:DIR", "wandb", "trackio", "mlflow", "console")
+
+
+def sinks_from_specs(specs: Any) -> list[Sink | str]:
+    """Sinks from spec strings (``"jsonl:PATH"``, ``"tensorboard:DIR"``, ``"wandb"``, ``"trackio"``,
+    ``"mlflow"``, ``"console"``); ``"auto"`` stays the string ``"auto"``, resolved by the integration.
+
+    >>> [type(s).__name__ if not isinstance(s, str) else s for s in sinks_from_specs(["auto", "jsonl:/tmp/m.jsonl"])]
+    ['auto', 'JSONLSink']
+    """
+    if isinstance(specs, str) or not isinstance(specs, (list, tuple)):
+        raise ValueError(f"sinks must be a list of sink specs such as {list(SPECS)}, but got {specs!r}")
+    return [_from_spec(spec) for spec in specs]
+
+
+def _from_spec(spec: Any) -> Sink | str:
+    if not isinstance(spec, str):
+        raise ValueError(f"a sink spec must be a string such as {list(SPECS)}, but got {spec!r}")
+    name, _, arg = spec.partition(":")
+    name = name.strip().lower()
+    if name == "auto" and not arg:
+        return "auto"
+    if name in ("jsonl", "tensorboard"):
+        if not arg:
+            raise ValueError(f"sink spec {spec!r} needs a path: {name}:{'PATH' if name == 'jsonl' else 'DIR'}")
+        if name == "jsonl":
+            from .jsonl import JSONLSink
+
+            return JSONLSink(arg)
+        return _sink("tensorboard", None, arg)
+    if name in ("wandb", "trackio", "mlflow") and not arg:
+        return _sink(name, None, None)
+    if name == "console" and not arg:
+        from .console import ConsoleSink
+
+        return ConsoleSink()
+    raise ValueError(f"unknown sink spec {spec!r}; expected one of {list(SPECS)}")

@@ -125,10 +125,10 @@ def test_report_to_all_follows_the_installed_trackers(tmp_path):
 
 
 def test_no_tracker_writes_a_jsonl_log_in_output_dir_and_prints_its_path(tmp_path, capsys):
-    """report_to="none": a JSONL log at <output_dir>/grpo_monitor/monitor.jsonl, its path printed."""
+    """report_to="none": a JSONL log at <output_dir>/grpo-monitor/monitor.jsonl, its path printed."""
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
     (sink,) = hf.resolve_sinks("auto", args)
-    path = tmp_path / "grpo_monitor" / "monitor.jsonl"
+    path = tmp_path / "grpo-monitor" / "monitor.jsonl"
     assert isinstance(sink, JSONLSink) and sink.path == path
     assert str(path.resolve()) in capsys.readouterr().err
 

@@ -68,10 +68,10 @@ def test_report_to_mlflow_logs_into_the_trainers_run(tiny_model_path, tmp_path, 
 
 
 def test_report_to_none_writes_a_jsonl_log_in_output_dir(tiny_model_path, tmp_path, capfd):
-    """No tracker: the monitor's log lands in <output_dir>/grpo_monitor/monitor.jsonl and its path is printed."""
+    """No tracker: the monitor's log lands in <output_dir>/grpo-monitor/monitor.jsonl and its path is printed."""
     trainer = make_trainer(tiny_model_path, tmp_path / "out", report_to="none", max_steps=2)
     gtrl.attach(trainer)
-    path = tmp_path / "out" / "grpo_monitor" / "monitor.jsonl"
+    path = tmp_path / "out" / "grpo-monitor" / "monitor.jsonl"
     assert str(path.resolve()) in capfd.readouterr().err
     trainer.train()
     assert [r["step"] for r in read_jsonl(path)] == [1, 2]
