@@ -33,7 +33,8 @@ class RecordingSink(Sink):
 
     ``reports`` holds each :class:`StepReport`; ``metrics``, ``histograms``, ``tables`` and
     ``alerts`` the calls the report was split into (``(step, ...)`` tuples), ``configs`` the
-    run parameters handed once per run (``log_config``), ``finished`` the ``failed`` flag of each ``finish``. Synchronous (in memory and instant), so it is up to
+    run parameters handed once per run (``log_config``), ``finished`` the ``failed`` flag of each
+    ``finish``. Synchronous (in memory and instant), so it is up to
     date when ``end_step`` returns. ``main_process_only=False`` records on every rank.
 
     >>> from grpo_monitor import GRPOMonitor, MonitorConfig

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import os
 import sys
+import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -43,8 +44,8 @@ class Declared:
     configuration, so only rewards and groups are observed), ``stabilizer`` the epsilon
     when it differs from the entry's default, ``group_size`` the responses per prompt when
     the framework fixes it, ``note`` why there is no entry (shown once as a warning).
-    ``trackers`` are the trainer's tracker names (None: unknown) and ``output_dir`` its
-    output folder, for ``sinks="auto"``.
+    ``trackers`` are the trainer's tracker names (None: unknown), ``output_dir`` its output
+    folder and ``tensorboard_dir`` its TensorBoard folder, for ``sinks="auto"``.
     """
 
     estimator: str | None
@@ -53,6 +54,7 @@ class Declared:
     note: str = ""
     trackers: tuple[str, ...] | None = None
     output_dir: str | None = None
+    tensorboard_dir: str | None = None
 
 
 @dataclasses.dataclass
@@ -87,7 +89,8 @@ def auto_sinks(framework: str, declared: Declared) -> list[Sink]:
     if trackers is None:
         wandb = sys.modules.get("wandb")
         trackers = ("wandb",) if wandb is not None and getattr(wandb, "run", None) is not None else ()
-    return sinks_for_trackers(trackers, framework=framework, output_dir=declared.output_dir)
+    return sinks_for_trackers(trackers, framework=framework, output_dir=declared.output_dir,
+                              tensorboard_dir=declared.tensorboard_dir)
 
 
 def check_sinks(sinks: Any) -> None:
@@ -102,7 +105,7 @@ class Attachment:
     """One framework's wrapped entry points, the monitor they report to and its recent reports."""
 
     def __init__(self, framework: str, monitor: GRPOMonitor | None, config: MonitorConfig | None,
-                 sinks: Sequence[Sink] | str | None, step_per_call: bool):
+                 sinks: Sequence[Sink | str] | str | None, step_per_call: bool):
         if monitor is not None and not isinstance(monitor, GRPOMonitor):
             raise TypeError(f"monitor must be a GRPOMonitor or None, but got {type(monitor).__name__}")
         if config is not None and not isinstance(config, MonitorConfig):
@@ -226,7 +229,7 @@ class Attachment:
     def _sinks(self, declared: Declared) -> list[Sink]:
         if self.sinks is None:
             return []
-        items = ["auto"] if self.sinks == "auto" else list(self.sinks)
+        items: list[Sink | str] = ["auto"] if self.sinks == "auto" else list(self.sinks)
         out: list[Sink] = []
         for item in items:
             out.extend(auto_sinks(self.framework, declared) if isinstance(item, str) else [item])
@@ -337,6 +340,25 @@ class Slot:
 
     def monitor(self) -> GRPOMonitor | None:
         return self.current.monitor if self.current is not None else None
+
+
+def trainer_setting(path: Sequence[str], limit: int = 10) -> Any:
+    """``self.<path...>`` of the nearest caller up the stack whose ``self`` has it (the trainer that calls the
+    entry point, e.g. ``("config", "trainer")`` on verl's ``RayPPOTrainer``); None when no caller has it."""
+    frame: types.FrameType | None = sys._getframe(1)
+    try:
+        for _ in range(limit):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            value = frame.f_locals.get("self")
+            for name in path:
+                value = getattr(value, name, None)
+            if value is not None:
+                return value
+        return None
+    finally:
+        del frame
 
 
 def subclasses_defining(base: type, name: str) -> list[type]:

@@ -58,7 +58,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references, trainer_setting
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -167,12 +167,7 @@ def _copies(original: Callable, home: Any) -> list[tuple[Any, str]]:
 def _capture(data: Any, adv_estimator: Any, gamma: float = 1.0, lam: float = 1.0, num_repeat: int = 1,
              norm_adv_by_std_in_grpo: bool = True, config: Any = None) -> Call:
     """Before the call: the declaration (with the calling trainer's config, for ``sinks="auto"``)."""
-    try:
-        caller: Any = sys._getframe(3)  # _capture <- Attachment._start <- wrapper <- the caller (RayPPOTrainer.fit)
-    except ValueError:  # called from the top of a stack: no trainer above
-        caller = None
-    trainer_config = getattr(caller.f_locals.get("self"), "config", None) if caller is not None else None
-    del caller
+    trainer_config = trainer_setting(("config",)) if trainer_setting(("config", "trainer")) is not None else None
     ignored = (str(getattr(adv_estimator, "value", adv_estimator)) == "grpo_vectorized" and config is not None
                and hasattr(config, "get") and not config.get("norm_adv_by_std_in_grpo", True))
     return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_config),

@@ -13,10 +13,9 @@ import pytest
 
 pytest.importorskip("trl")
 
-from tiny_trl import make_trainer  # noqa: E402
-
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
 from grpo_monitor.sinks import read_jsonl  # noqa: E402
+from tiny_trl import make_trainer  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

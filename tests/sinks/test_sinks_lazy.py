@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_import_and_construct_without_backends(tmp_path):
-    """`from grpo_monitor.sinks import ...` and constructing every sink import no wandb/tensorboard/trackio/mlflow/rich."""
+    """Importing grpo_monitor and the sinks, and constructing every sink, import no tracker nor rich."""
     code = textwrap.dedent(
         f"""
         import sys
