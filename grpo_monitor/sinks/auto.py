@@ -99,7 +99,7 @@ def fallback_sink(framework: str, output_dir: str | os.PathLike | None) -> Sink:
     """A JSONL log at ``<output_dir>/grpo-monitor/monitor.jsonl``; its path printed (rank 0).
 
     Without ``output_dir``: under ``$GRPO_MONITOR_LOG_DIR``, else the working directory."""
-    from ..distributed import rank_and_world
+    from ..step.distributed import rank_and_world
     from .jsonl import JSONLSink
 
     folder = output_dir or os.environ.get(LOG_DIR_ENV) or Path.cwd()
