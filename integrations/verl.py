@@ -86,8 +86,9 @@ _IN_KL: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_monitor_in_k
 
 
 def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
-                       trainer_config: Any = None) -> Declared:
-    """The registry entry of one ``compute_advantage`` call (and the trainer's trackers, when known).
+                       trainer: Any = None) -> Declared:
+    """The registry entry of one ``compute_advantage`` call; ``trainer`` (the ``trainer`` section of the
+    calling trainer's config) gives its trackers and output folder, for ``sinks="auto"``.
 
     ``grpo`` reads the call's ``norm_adv_by_std_in_grpo``; the other estimators read the
     ``AlgoConfig``'s (as verl's do).
@@ -99,16 +100,15 @@ def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True,
     by_std = bool(norm_adv_by_std_in_grpo) if name == "grpo" else True
     if name in READS_CONFIG and config is not None and hasattr(config, "get"):
         by_std = bool(config.get("norm_adv_by_std_in_grpo", True))
-    trackers, output_dir = _trackers(trainer_config)
+    trackers, output_dir = _trackers(trainer)
     if name not in ESTIMATORS:
         return Declared(None, note=f"verl's advantage estimator {name!r} has no registry entry",
                         trackers=trackers, output_dir=output_dir)
     return Declared(ESTIMATORS[name][0 if by_std else 1], trackers=trackers, output_dir=output_dir)
 
 
-def _trackers(trainer_config: Any) -> tuple[tuple[str, ...] | None, str | None]:
+def _trackers(trainer: Any) -> tuple[tuple[str, ...] | None, str | None]:
     """``trainer.logger`` and ``trainer.default_local_dir`` of verl's trainer config (None when unknown)."""
-    trainer = getattr(trainer_config, "trainer", None)
     if trainer is None:
         return None, None
     from grpo_monitor.sinks.auto import tracker_names
@@ -167,10 +167,10 @@ def _copies(original: Callable, home: Any) -> list[tuple[Any, str]]:
 def _capture(data: Any, adv_estimator: Any, gamma: float = 1.0, lam: float = 1.0, num_repeat: int = 1,
              norm_adv_by_std_in_grpo: bool = True, config: Any = None) -> Call:
     """Before the call: the declaration (with the calling trainer's config, for ``sinks="auto"``)."""
-    trainer_config = trainer_setting(("config",)) if trainer_setting(("config", "trainer")) is not None else None
+    trainer_section = trainer_setting(("config", "trainer"))  # RayPPOTrainer.config.trainer
     ignored = (str(getattr(adv_estimator, "value", adv_estimator)) == "grpo_vectorized" and config is not None
                and hasattr(config, "get") and not config.get("norm_adv_by_std_in_grpo", True))
-    return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_config),
+    return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_section),
                 {"std_flag_ignored": ignored})
 
 

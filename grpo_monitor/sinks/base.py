@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,32 +13,38 @@ if TYPE_CHECKING:
     from ..config import MonitorConfig
 
 #: Prefix of the run parameters the monitor stores in a tracker (W&B config, MLflow params, ...).
-PARAMS_PREFIX = "grpo_monitor."
+PARAMS_PREFIX = "grpo_monitor/"
 
 
 def run_params(config: MonitorConfig) -> dict[str, str | int | float | bool | None]:
-    """The monitor's configuration as flat run parameters, ``grpo_monitor.<field>`` (nested with dots).
+    """The monitor's configuration as flat run parameters, ``grpo_monitor/<field>`` (nested with slashes).
 
-    ``grpo_monitor.estimator`` is the declared advantage estimator (``std_convention``, which an
+    ``grpo_monitor/estimator`` is the declared advantage estimator (``std_convention``, which an
     integration sets from the trainer's config); lists and mappings become JSON text.
 
     >>> from grpo_monitor import MonitorConfig
     >>> p = run_params(MonitorConfig(group_size=8, std_convention="bessel"))
-    >>> p["grpo_monitor.estimator"], p["grpo_monitor.group_size"], p["grpo_monitor.tolerances.zero_group_mean"]
+    >>> p["grpo_monitor/estimator"], p["grpo_monitor/group_size"], p["grpo_monitor/tolerances/zero_group_mean"]
     ('bessel', 8, 0.001)
     """
-    from .. import __version__
-
     out: dict[str, str | int | float | bool | None] = {
-        f"{PARAMS_PREFIX}version": __version__, f"{PARAMS_PREFIX}estimator": config.std_convention}
+        f"{PARAMS_PREFIX}version": _version(), f"{PARAMS_PREFIX}estimator": config.std_convention}
     _flatten(config.model_dump(mode="json"), PARAMS_PREFIX, out)
     return out
+
+
+def _version() -> str:
+    """The installed grpo-monitor's version (read from its metadata: no import of the package here)."""
+    try:
+        return importlib.metadata.version("grpo-monitor")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
 
 
 def _flatten(values: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
     for key, value in values.items():
         if isinstance(value, dict) and value and key != "policies":
-            _flatten(value, f"{prefix}{key}.", out)
+            _flatten(value, f"{prefix}{key}/", out)
         elif isinstance(value, (list, tuple, dict)):
             out[prefix + key] = json.dumps(value)
         else:

@@ -42,12 +42,12 @@ class MLflowSink(Sink):
     Scalars go through ``log_batch`` with the monitor's step as MLflow's step (and as
     ``grpo/step``); the per-question table (``MlflowClient.log_table``) every ``table_every``
     steps and on the failing step, as ``grpo_monitor/tables/<key>/step_<n>.json``; the run
-    configuration as ``grpo_monitor.*`` params. Each step with violations sets the tag
-    ``grpo_monitor.violations`` (the invariants) and writes their messages to the text
+    configuration as ``grpo_monitor/*`` params. Each step with violations sets the tag
+    ``grpo_monitor/violations`` (the invariants) and writes their messages to the text
     artifact ``grpo_monitor/violations/step_<n>.txt``; alerts (e.g. a part switched off) set
-    ``grpo_monitor.alert`` and go to ``grpo_monitor/alerts/``. MLflow has no histograms: they
+    ``grpo_monitor/alert`` and go to ``grpo_monitor/alerts/``. MLflow has no histograms: they
     are not logged. ``finish(failed=True)`` marks the run ``FAILED`` (the trainer's too: the
-    breach ended it) and tags ``grpo_monitor.failed``; ``finish()`` ends only a run it opened.
+    breach ended it) and tags ``grpo_monitor/failed``; ``finish()`` ends only a run it opened.
 
     ``run_id`` writes into that run; ``tracking_uri`` defaults to mlflow's (``MLFLOW_TRACKING_URI``);
     an own run goes to ``experiment_name`` (default: ``MLFLOW_EXPERIMENT_NAME``, else
@@ -127,12 +127,12 @@ class MLflowSink(Sink):
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
         self._alerts += 1
-        self.client.set_tag(self.run_id, "grpo_monitor.alert", f"{level}: {title}"[:5000])
+        self.client.set_tag(self.run_id, "grpo_monitor/alert", f"{level}: {title}"[:5000])
         self.client.log_text(self.run_id, f"{level}: {title}\n\n{text}\n",
                              f"grpo_monitor/alerts/{self._alerts:04d}.txt")
 
     def log_config(self, params: dict[str, Any]) -> None:
-        """``grpo_monitor.*`` params; a value changed since an earlier segment (params are immutable) as a tag."""
+        """``grpo_monitor/*`` params; a value changed since an earlier segment (params are immutable) as a tag."""
         from mlflow.entities import Param, RunTag
 
         known = self.client.get_run(self.run_id).data.params
@@ -150,7 +150,7 @@ class MLflowSink(Sink):
             self._last_table_step = report.step
         if report.violations:
             names = sorted({v.invariant for v in report.violations})
-            self.client.set_tag(self.run_id, "grpo_monitor.violations", ",".join(names))
+            self.client.set_tag(self.run_id, "grpo_monitor/violations", ",".join(names))
             text = "\n\n".join(f"[{v.severity}] {v.invariant}: {v.message()}" for v in report.violations)
             head = f"Run stopped by a breach at step {report.step}.\n\n" if report.failed else ""
             self.client.log_text(self.run_id, head + text + "\n", f"grpo_monitor/violations/step_{report.step:06d}.txt")
@@ -165,7 +165,7 @@ class MLflowSink(Sink):
         if run_id is None:
             return
         if failed:
-            self.client.set_tag(run_id, "grpo_monitor.failed", "true")
+            self.client.set_tag(run_id, "grpo_monitor/failed", "true")
             self.client.set_terminated(run_id, "FAILED")
             if not owned:
                 _FAILED_RUNS.add(run_id)

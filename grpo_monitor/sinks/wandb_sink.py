@@ -137,7 +137,7 @@ class WandbSink(Sink):
         self.run.alert(title=title[:63], text=text, level=alert_level)
 
     def log_config(self, params: dict[str, Any]) -> None:
-        """The run parameters into the run's config (``grpo_monitor.*`` keys; the trainer's keys untouched)."""
+        """The run parameters into the run's config (``grpo_monitor/*`` keys; the trainer's keys untouched)."""
         self.run.config.update(params, allow_val_change=True)
 
     def log_report(self, report: StepReport) -> None:

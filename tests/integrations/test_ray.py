@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from framework_venv import ENV, MARKER, framework_python
 
 pytest.importorskip("ray")

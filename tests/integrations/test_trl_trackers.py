@@ -43,7 +43,7 @@ def test_report_to_trackio_logs_into_the_trainers_run(tiny_model_path, tmp_path)
         assert ours[step]["grpo/step"] == step
     assert any(k.startswith("train/") or k in ("loss", "reward") for row in logs for k in row)
     config = trackio.SQLiteStorage.get_run_config(project, "trl-trackio")
-    assert config["grpo_monitor.estimator"] == "trl.group" and config["grpo_monitor.group_size"] == 4
+    assert config["grpo_monitor/estimator"] == "trl.group" and config["grpo_monitor/group_size"] == 4
 
 
 def test_report_to_mlflow_logs_into_the_trainers_run(tiny_model_path, tmp_path, monkeypatch):
@@ -63,7 +63,7 @@ def test_report_to_mlflow_logs_into_the_trainers_run(tiny_model_path, tmp_path, 
     reports = _reports(trainer)
     assert history == pytest.approx({step: m["grpo/reward/mean"] for step, m in reports.items()}, rel=1e-12)
     assert sorted(history) == [1, 2]
-    assert run.data.params["grpo_monitor.estimator"] == "trl.group" and "learning_rate" in run.data.params
+    assert run.data.params["grpo_monitor/estimator"] == "trl.group" and "learning_rate" in run.data.params
 
 
 def test_report_to_none_writes_a_jsonl_log_in_output_dir(tiny_model_path, tmp_path, capfd):

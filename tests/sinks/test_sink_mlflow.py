@@ -51,8 +51,8 @@ def test_metric_histories_equal_the_jsonl_and_params_are_present(store, tmp_path
         assert all(_same(a, b) for (_, a), (_, b) in zip(got, expected, strict=True)), key
     assert _history(client, run.info.run_id, "grpo/step") == [(0, 0.0), (1, 1.0), (2, 2.0)]
     params = run.data.params
-    assert params["grpo_monitor.estimator"] == "population" and params["grpo_monitor.group_size"] == "4"
-    assert params["grpo_monitor.tolerances.zero_group_mean"] == "0.001"
+    assert params["grpo_monitor/estimator"] == "population" and params["grpo_monitor/group_size"] == "4"
+    assert params["grpo_monitor/tolerances/zero_group_mean"] == "0.001"
     tables = [a.path for a in client.list_artifacts(run.info.run_id, "grpo_monitor/tables/grpo/questions")]
     with_tables = [step for step, _, _ in recorder.tables]
     assert with_tables and tables == [f"grpo_monitor/tables/grpo/questions/step_{s:06d}.json" for s in with_tables]
@@ -67,8 +67,8 @@ def test_a_breach_marks_the_run_failed_with_a_tag_and_a_text_artifact(store, tmp
     client = mlflow.MlflowClient(tracking_uri=store)
     (run,) = client.search_runs([client.get_experiment_by_name("grpo").experiment_id])
     assert run.info.status == "FAILED"
-    assert run.data.tags["grpo_monitor.failed"] == "true"
-    assert "zero_group_mean" in run.data.tags["grpo_monitor.violations"].split(",")
+    assert run.data.tags["grpo_monitor/failed"] == "true"
+    assert "zero_group_mean" in run.data.tags["grpo_monitor/violations"].split(",")
     assert records[-1]["failed"] and records[-1]["step"] == 1
     assert _history(client, run.info.run_id, "grpo/invariants/violations")[-1][0] == 1
     local = client.download_artifacts(run.info.run_id, "grpo_monitor/violations/step_000001.txt", str(tmp_path))
@@ -87,5 +87,5 @@ def test_logs_into_the_active_run_of_the_training_thread(store, tmp_path):
     assert [r.info.run_id for r in runs] == [run.info.run_id]
     got = client.get_run(run.info.run_id)
     assert got.info.status == "FAILED" and got.data.params["learning_rate"] == "0.1"
-    assert "grpo_monitor.estimator" in got.data.params
-    assert json.loads(got.data.params["grpo_monitor.clip_range"]) == [0.2, 0.2]
+    assert "grpo_monitor/estimator" in got.data.params
+    assert json.loads(got.data.params["grpo_monitor/clip_range"]) == [0.2, 0.2]

@@ -41,7 +41,7 @@ def test_scalars_histograms_tables_and_config_reach_the_database(project, tmp_pa
     table_steps = [step for step, _, _ in recorder.tables]
     assert table_steps and all(logs[s]["grpo/questions"]["_type"] == "trackio.table" for s in table_steps)
     config = trackio.SQLiteStorage.get_run_config(project, "healthy")
-    assert config["grpo_monitor.estimator"] == "population" and config["grpo_monitor.group_size"] == 4
+    assert config["grpo_monitor/estimator"] == "population" and config["grpo_monitor/group_size"] == 4
 
 
 def test_a_breach_raises_alerts(project, tmp_path):
@@ -67,4 +67,4 @@ def test_logs_into_the_current_run_of_the_training_thread(project, tmp_path):
     logs = _logs(project, "trainer")
     assert any("grpo/groups/degenerate_rate" in row for row in logs) and any("loss" in row for row in logs)
     config = trackio.SQLiteStorage.get_run_config(project, "trainer")
-    assert config["learning_rate"] == 0.1 and config["grpo_monitor.estimator"] == "population"
+    assert config["learning_rate"] == 0.1 and config["grpo_monitor/estimator"] == "population"
