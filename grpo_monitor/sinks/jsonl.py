@@ -85,24 +85,6 @@ class JSONLSink(Sink):
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.write_record({"step": step, "metrics": metrics})
 
-    @property
-    def config_path(self) -> Path:
-        """Where :meth:`log_config` writes the run parameters: ``<stem>.config.json`` beside the log."""
-        return self.path.with_name(f"{self.path.stem}.config.json")
-
-    def log_config(self, params: dict[str, Any]) -> None:
-        """The run parameters as one JSON object beside the log (every line of the log stays a step record).
-
-        Written to a temporary file and renamed, never through a symlink planted at that path."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.config_path.with_name(f".{self.config_path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        try:
-            _write_all(fd, json.dumps(params, indent=1, sort_keys=True, default=_default).encode("utf-8"))
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.config_path)
-
     def write_record(self, record: dict[str, Any]) -> None:
         """Append one record as one line; durable on return when ``fsync`` is true."""
         fd = self._open()

@@ -81,6 +81,14 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
         except Exception as exc:  # noqa: BLE001 - a sink must never stop training
             return f"sink {sink.name!r} failed to finish: {exc!r}"
         return None
+    if job.kind == "config":  # once per run, not a record: outside the failure streak, not retried
+        if health.disabled:
+            return None
+        try:
+            job.call(sink)
+        except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+            return f"sink {sink.name!r} failed to store the run config ({exc!r}); its reports go on without it"
+        return None
     if health.disabled:
         return None
     if health.skip_left > 0 and not job.urgent:

@@ -74,4 +74,3 @@ def test_report_to_none_writes_a_jsonl_log_in_output_dir(tiny_model_path, tmp_pa
     assert str(path.resolve()) in capfd.readouterr().err
     trainer.train()
     assert [r["step"] for r in read_jsonl(path)] == [1, 2]
-    assert (path.parent / "monitor.config.json").exists()
