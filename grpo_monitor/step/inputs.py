@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import numbers
 import operator
 from collections.abc import Hashable, Sequence
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..catalog.metrics import MONITOR_SECTIONS
 from ..stats.segments import Segments
 
 _NUMERIC_KINDS = "biuf"
@@ -64,12 +66,35 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
             raise InputTypeError(_list_error(value, name, exc)) from exc
     else:
         raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
-    if tensor.is_complex():
-        raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
-    if tensor.device.type == "meta":
-        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); "
-                              "pass a materialised tensor")
+    check_kind(tensor, name)
     return tensor
+
+
+#: What :func:`as_tensor` takes, named in every refusal of another kind of tensor.
+SUPPORTED = ("supported: dense (strided) real tensors with data (any float, integer or bool dtype, on any device "
+             "but meta), numpy arrays and lists of numbers")
+
+
+def check_kind(tensor: torch.Tensor, name: str) -> None:
+    """Refuse the tensor kinds the statistics cannot read, naming ``name``, the kind and what is taken.
+
+    >>> check_kind(torch.ones(2, 2).to_sparse(), "rewards")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.step.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
+    """
+    if tensor.is_nested:
+        what, fix = "a nested tensor (ragged rows)", "pad it (torch.nested.to_padded_tensor) and pass a mask"
+    elif tensor.layout != torch.strided:
+        what, fix = f"a sparse tensor (layout {tensor.layout})", "call .to_dense()"
+    elif tensor.is_quantized:
+        what, fix = f"a quantized tensor (dtype {tensor.dtype})", "call .dequantize()"
+    elif tensor.device.type == "meta":
+        what, fix = f"on the meta device (shape {tuple(tensor.shape)}, no data)", "pass a materialised tensor"
+    elif tensor.is_complex():
+        what, fix = f"a complex tensor (dtype {tensor.dtype})", "pass real values (e.g. .real or .abs())"
+    else:
+        return
+    raise InputTypeError(f"{name} is {what}; {SUPPORTED}; {fix}")
 
 
 def _list_error(value: Sequence[Any], name: str, exc: Exception) -> str:
@@ -161,6 +186,7 @@ def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor
     """Dense group index and the unique ids in order of first appearance."""
     if isinstance(ids, torch.Tensor) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "biu"):
         t = torch.as_tensor(ids)
+        check_kind(t, "group_ids")
         if t.is_floating_point() or t.is_complex():
             raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
         if t.dim() != 1:
@@ -183,10 +209,23 @@ def _id_list(ids: Any, name: str) -> list[Hashable]:
     """``ids`` (a sequence, array or tensor of hashable ids) as a list."""
     if isinstance(ids, (str, bytes, dict, set, frozenset)) or not hasattr(ids, "__iter__"):
         raise InputTypeError(f"{name} must be a list, array or tensor of ids, but got {type(ids).__name__}")
+    if isinstance(ids, torch.Tensor):
+        check_kind(ids, name)
     seq = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
     if not isinstance(seq, list):  # a 0-d array or tensor
         raise InputValueError(f"{name} must be one-dimensional, but got a scalar {seq!r}")
+    for i, x in enumerate(seq):
+        if _is_nan(x):
+            raise InputValueError(f"{name}[{i}] is NaN: a NaN never equals itself, so it cannot name a group or a "
+                                  f"question; pass integer or string ids")
     return seq
+
+
+def _is_nan(x: Any) -> bool:
+    """Whether an id is NaN (a float, a numpy float, or a tuple holding one)."""
+    if isinstance(x, (float, np.floating)):
+        return math.isnan(x)
+    return isinstance(x, tuple) and any(_is_nan(v) for v in x)
 
 
 def _check_length(got: int, want: int) -> None:
@@ -280,3 +319,37 @@ def step_arg(step: Any, current: int) -> int:
             f"step must be >= the last step {current - 1} (steps never go back), but got {value}"
         )
     return value
+
+
+def user_metrics(metrics: object) -> dict[str, float]:
+    """``add_metrics``' argument checked: non-empty string keys outside the monitor's own
+    sections (``grpo/<section>/...`` for the sections in ``MONITOR_SECTIONS``), finite numbers.
+
+    >>> user_metrics({"grpo/trl/gap": 0.5, "custom/lr": 1})
+    {'grpo/trl/gap': 0.5, 'custom/lr': 1.0}
+    """
+    if not isinstance(metrics, dict):
+        raise InputTypeError(f"metrics must be a dict of str -> float, but got {type(metrics).__name__}")
+    out = {}
+    for key, value in metrics.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InputValueError(f"metrics keys must be non-empty strings, but got {key!r}")
+        parts = key.split("/")
+        if parts[0] == "grpo" and len(parts) > 1 and parts[1] in MONITOR_SECTIONS:
+            raise InputValueError(
+                f"metrics key {key!r} is in the monitor's own section 'grpo/{parts[1]}/'; "
+                "use your own prefix (e.g. 'grpo/user/...' or 'custom/...')")
+        out[key] = _finite(key, value)
+    return out
+
+
+def _finite(key: str, value: object) -> float:
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - whatever float() refuses (a list, a multi-element tensor)
+        raise InputTypeError(f"metrics[{key!r}] must be a finite number, but got {type(value).__name__} "
+                             f"{value!r:.40}") from None
+    if isinstance(value, (str, bytes)) or not math.isfinite(number):
+        kind = InputTypeError if isinstance(value, (str, bytes)) else InputValueError
+        raise kind(f"metrics[{key!r}] must be a finite number, but got {value!r:.40}")
+    return number
