@@ -271,13 +271,9 @@ class GRPOMonitor:
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
-<<<<<<< HEAD
         self.sinks.emit(report, config=lambda: run_params(self.config))
-=======
-        self.sinks.emit(report)
         self._steps_ended += 1
         self._guard.retried.clear()
->>>>>>> main
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}
