@@ -46,6 +46,12 @@ class Tolerances(BaseModel):
     )
 
 
+def _known(name: str) -> bool:
+    from .estimators.registry import ESTIMATORS
+
+    return name == "auto" or name in ESTIMATORS
+
+
 class MonitorConfig(BaseModel):
     """What the monitor expects of the run, and what it does on a breach.
 
@@ -120,6 +126,16 @@ class MonitorConfig(BaseModel):
     )
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
+    def __init__(self, **data: Any) -> None:
+        # a misspelt estimator is one line naming the closest names, not pydantic's report of every name
+        for argument in ("estimator", "std_convention"):
+            name = data.get(argument)
+            if isinstance(name, str) and not _known(name):
+                from .estimators.registry import unknown_estimator
+
+                raise unknown_estimator(name, f"MonitorConfig({argument}=)")
+        super().__init__(**data)
+
     @model_validator(mode="before")
     @classmethod
     def _estimator_alias(cls, data: Any) -> Any:
@@ -150,10 +166,10 @@ class MonitorConfig(BaseModel):
     @field_validator("std_convention")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
-        from .estimators.registry import ESTIMATORS
+        if not _known(value):
+            from .estimators.registry import unknown_estimator
 
-        if value != "auto" and value not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {value!r}; expected 'auto' or one of {sorted(ESTIMATORS)}")
+            raise unknown_estimator(value, "std_convention")
         return value
 
     @field_validator("loss_aggregation")
