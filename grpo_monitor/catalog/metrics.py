@@ -60,7 +60,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Invariants", ("grpo/invariants/", "grpo/violations")),
     ("Tokens", ("grpo/tokens/",)),
     ("Weights", ("grpo/weights/",)),
-    ("Monitor", ("grpo/monitor/",)),
+    ("Monitor", ("grpo/monitor/", "grpo/config")),
     ("Integrations", ("grpo/trl/", "grpo/verl/", "grpo/hf/")),
 )
 
@@ -323,6 +323,9 @@ def _weights() -> list[Metric]:
 def _monitor_and_integrations() -> list[Metric]:
     trl = dict(section="Integrations", source="integration", needs="the TRL integration")
     return [
+        _m("grpo/config", "markdown", "written once per run by the sink", "one entry per run", "The run's "
+           "MonitorConfig and declared estimator as run parameters (TensorBoard text; W&B config, MLflow params, "
+           "Trackio config elsewhere).", kind="text", section="Monitor", source="end_step"),
         _m(DISABLED_PARTS_KEY, "parts", "host-side count of this process", "last", "Parts of the "
            "monitor switched off by an internal fault (fail-open); above 0 some checks no longer run.",
            section="Monitor", source="end_step"),
