@@ -138,7 +138,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
     """
-    from .estimators.judge import host_rows
+    from .estimators.rows import host_rows
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -36,7 +36,9 @@ class Tolerances(BaseModel):
     )
     max_stabilizer_ratio: float = Field(
         0.05, ge=0, description="largest plausible stabilizer, as a fraction of the mean reward std of live groups "
-        "(used only when population and Bessel both fit)"
+        "(a replayed estimator's fitted epsilon above it is not a fit; on the device it decides population "
+        "against Bessel when both fit, and otherwise a common epsilon across groups of different stds is "
+        "identified whatever its size)"
     )
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
     on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")
@@ -54,7 +56,9 @@ class MonitorConfig(BaseModel):
     group_size: int | None = Field(None, ge=2, description="responses per prompt, when fixed")
     std_convention: str = Field(
         "auto", description="the advantage estimator the trainer uses: a name of grpo_monitor.ESTIMATORS "
-        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...) or 'auto'",
+        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...), 'auto', "
+        "or your own: a function rewards (B, G) -> advantages (B, G) (declared with "
+        "grpo_monitor.estimators.custom, kept here by its name) or the name it was declared under",
     )
     stabilizer: float | None = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
     on_violation: Policy = "raise"
@@ -100,13 +104,30 @@ class MonitorConfig(BaseModel):
             raise ValueError(f"unknown invariant(s) {unknown}; expected names from {sorted(INVARIANTS)}")
         return value
 
+    @field_validator("std_convention", mode="before")
+    @classmethod
+    def _estimator_name(cls, value: Any) -> Any:
+        """A function or an Estimator record becomes its name (a function is declared with ``custom``)."""
+        from .estimators.base import Estimator
+        from .estimators.custom import CUSTOM, custom
+
+        if isinstance(value, Estimator):
+            if value.name not in CUSTOM and value.id is not None and value.id < 0:
+                CUSTOM[value.name] = value
+            return value.name
+        if callable(value):
+            return custom(value).name
+        return value
+
     @field_validator("std_convention")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
-        from .estimators.registry import ESTIMATORS
+        from .estimators.registry import ESTIMATORS, known
 
-        if value != "auto" and value not in ESTIMATORS:
-            raise ValueError(f"unknown estimator {value!r}; expected 'auto' or one of {sorted(ESTIMATORS)}")
+        if value != "auto" and not known(value):
+            raise ValueError(f"unknown estimator {value!r}; expected 'auto', one of {sorted(ESTIMATORS)}, a "
+                             "function rewards (B, G) -> advantages (B, G), or a name declared with "
+                             "grpo_monitor.estimators.custom(fn, name=...)")
         return value
 
     @field_validator("clip_range")

@@ -215,6 +215,8 @@ class GRPOMonitor:
         root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
         if judged.problem and not root_caused:
             found.append(violation("convention", self.step, judged.problem, self.config, judged.groups))
+        if judged.unknown:
+            found.append(violation("unknown_estimator", self.step, judged.unknown, self.config))
         return found
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:

@@ -105,7 +105,12 @@ def breach_run() -> list[StepReport]:
         warnings.simplefilter("ignore", RuntimeWarning)
         reports = list(_breaches(mon))
         passk.observe_rollout(r, advantages=advantages(r, "bessel", 1e-6))  # pass@k crediting every row
-        return reports + [passk.end_step()]
+        reports.append(passk.end_step())
+        unknown = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn"))
+        r3 = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1]])
+        scale = torch.tensor([[1.0], [2.0], [3.0]])  # one positive scale per group, no rule: an unknown estimator
+        unknown.observe_rollout(r3, advantages=scale * (r3 - r3.mean(1, keepdim=True)))
+        return reports + [unknown.end_step()]
 
 
 def _demo(tmp_path_factory, name: str, bug: str | None = None, **config) -> list[dict]:

@@ -47,7 +47,8 @@ class Estimator:
     in it (closed-form fit), ``None`` when a 1-D search is needed. ``multi_reward``
     estimators take ``rewards (N, K)`` and a ``weights`` parameter; ``token_weighted`` ones
     accept ``lengths (N,)``; ``reward_domain`` is where the promises hold ("real" or
-    "nonnegative").
+    "nonnegative"); ``id`` is the entry's stable integer id, recorded in
+    :data:`~grpo_monitor.estimators.registry.ESTIMATOR_IDS` (``CUSTOM_ID`` for a user's own).
     """
 
     name: str
@@ -62,6 +63,7 @@ class Estimator:
     multi_reward: bool = False
     token_weighted: bool = False
     reward_domain: str = "real"
+    id: int | None = None  # the stable integer id (``grpo/adv/convention_id``); set by the registry
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", types.MappingProxyType(dict(self.params)))
