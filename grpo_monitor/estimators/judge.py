@@ -32,7 +32,7 @@ from .classic_lock import ConventionFit, ConventionTracker
 from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
-from .rows import Rows, fit_whitened, host_rows, uniform_shift
+from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 from .universal import UNIVERSAL, UNIVERSAL_PROMISES, universal_breach
 
 #: Promises the device-side checks can enforce, by invariant name.
@@ -66,9 +66,12 @@ def classic_of(est: Estimator) -> tuple[str, float | None] | None:
 
 
 def replayable(est: Estimator, rows: Rows | None = None) -> bool:
-    """Whether the monitor can replay ``est``: single-reward ones always, multi-reward ones when the
-    rollout carries its reward components."""
-    return not est.multi_reward or (rows is not None and rows.components is not None)
+    """Whether the monitor can replay ``est`` on ``rows``: multi-reward ones need the reward components,
+    length-weighted baselines the token counts (a whitening is fitted without them)."""
+    if est.multi_reward and (rows is None or rows.components is None):
+        return False
+    needs_lengths = est.token_weighted and not whitens(est) and est.id != CUSTOM_ID
+    return not needs_lengths or (rows is not None and rows.lengths is not None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,8 +230,9 @@ def _replay(est: Estimator, rows: Rows):
     """
     r, g, a = rows.rewards, rows.gid, rows.advantages
     assert a is not None, "replayed rows have advantages (Rows.replayable)"
-    if est.token_weighted and rows.lengths is None and est.id != CUSTOM_ID and not est.multi_reward:
-        residual, per_group, groups = fit_whitened(est, r, g, a)
+    if rows.lengths is None and whitens(est):
+        data, fixed = _inputs(est, rows)
+        residual, per_group, groups = fit_whitened(_with(est, fixed), data, g, a)
         return residual, per_group, groups, est.params.get("eps"), None
     data, fixed = _inputs(est, rows)
     f = replay_fit(est, data, g, a, lengths=rows.lengths, fixed=fixed)
@@ -238,6 +242,10 @@ def _replay(est: Estimator, rows: Rows):
         per_group = np.where(live, per_group, 0.0)
     return (float(per_group.max(initial=0.0)), per_group, f.groups, f.params.get("eps", est.params.get("eps")),
             f.error)
+
+
+def _with(est: Estimator, fixed: dict[str, Any] | None) -> Estimator:
+    return dataclasses.replace(est, params={**est.params, **fixed}) if fixed else est
 
 
 def _inputs(est: Estimator, rows: Rows) -> tuple[np.ndarray, dict[str, Any] | None]:
@@ -262,7 +270,7 @@ def _fitting(rows: Rows, names: Sequence[str], tol: float, config: Any) -> list[
     out = []
     for n in names:
         est = ESTIMATORS[n]
-        if est.token_weighted and rows.lengths is None and not est.multi_reward:
+        if rows.lengths is None and whitens(est):
             residual, _, _, _, _ = _replay(est, rows)
             shift = uniform_shift(est, rows.rewards, rows.gid, rows.advantages, config.tolerances.zero_group_mean)
             if residual <= tol and not shift:

@@ -19,6 +19,8 @@ ESTIMATOR_IDS: dict[str, int] = {
     "openrlhf.group_norm": 20, "openrlhf.rloo": 21, "openrlhf.reinforce_baseline": 22, "openrlhf.dr_grpo": 23,
     "areal.grpo": 24, "areal.dr_grpo": 25, "roll.reward_norm": 26, "roll.grpo": 27, "skyrl.grpo": 28,
     "skyrl.maxrl": 29, "open_instruct.standard": 30, "open_instruct.centered": 31,
+    "verl.opo": 32, "length_weighted_loo": 33, "roll.grpo_clip": 34, "none_clip_negative": 35,
+    "roll.batch_mean": 36, "roll.batch_norm": 37, "verl.gdpo": 38,
 }
 #: ``grpo/adv/convention_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
 CUSTOM_ID = -2

@@ -66,7 +66,7 @@ def fit_whitened(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray) ->
     scorable rows. Returns (max group residual / typical |advantage|, per-group residuals, groups).
     """
     ref = est(r, g)
-    valid = ~np.isnan(r)
+    valid = ~np.isnan(est.row_rewards(r))
     x, y = ref[valid], a[valid]
     design = np.stack([x, np.ones_like(x)], axis=1)
     (alpha, beta), *_ = np.linalg.lstsq(design, y, rcond=None)
@@ -79,6 +79,15 @@ def fit_whitened(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray) ->
     if not alpha > 0:
         per_group = np.full_like(per_group, np.inf)
     return float(per_group.max(initial=0.0)), per_group, groups
+
+
+def whitens(est: Estimator) -> bool:
+    """Whether ``est`` ends in a whitening over tokens (its replay without token counts fits offset and scale)."""
+    from .long_tail import decoupled_whitened
+
+    ref = est.reference
+    func = ref.func if isinstance(ref, functools.partial) else ref
+    return func is families.whitened or func is decoupled_whitened
 
 
 def uniform_shift(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray, tol: float) -> bool:
