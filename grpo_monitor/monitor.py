@@ -81,11 +81,14 @@ class GRPOMonitor:
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
-                        lengths: Any = None) -> None:
+                        lengths: Any = None, reward_components: Any = None, reward_weights: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
         ``lengths`` (token counts per row, optional) lets the check replay estimators that
-        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly. An empty batch
+        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly.
+        ``reward_components`` ``(B, G, K)`` (one column per reward function) and ``reward_weights``
+        ``(K,)`` let it replay multi-reward estimators (``trl.normalize_then_sum``, ``verl.gdpo``);
+        ``rewards`` stays the one reward per row the statistics use (e.g. the weighted sum). An empty batch
         (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
@@ -93,6 +96,8 @@ class GRPOMonitor:
         adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
         tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
+                          if reward_components is not None else (None, None))
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
                 self._check_now()  # the other ranks' eager check waits for this one
@@ -100,7 +105,7 @@ class GRPOMonitor:
         vec, detail = rollout_stats(
             layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
         )
-        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens)
+        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps, weights)
         self._acc.add_rollout(vec, record)
         if not self.config.defer_checks:
             self._check_now()

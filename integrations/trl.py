@@ -195,7 +195,12 @@ class TRLHooks:
         step = int(getattr(getattr(tr, "state", None), "global_step", 0)) + 1  # the step on_step_end will report
         if step > self.monitor.step:
             self.monitor.step = step  # a breach raised here is labelled with TRL's step number
-        self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)))
+        components = {}
+        if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay
+            components = dict(reward_components=rpf.to(rewards.device),
+                              reward_weights=tr.reward_weights.detach().to(rewards.device))
+        self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)),
+                                     **components)
 
     def _question_ids(self, n: int) -> list[Hashable] | None:
         """The gathered prompts of the rollout, which TRL keeps in ``_logs["prompt"]``."""

@@ -91,7 +91,7 @@ def whitens(est: Estimator) -> bool:
 
 
 def uniform_shift(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray, tol: float) -> bool:
-    """Whether ``a`` is the estimator's group step plus one nonzero constant (slope 1 to 1e-4): a forgotten or
+    """Whether ``a`` is the estimator's group step plus one nonzero constant (slope 1 to 1e-3): a forgotten or
     extra term, not a whitening, whose scale is the tokens' std and 1 only by coincidence."""
     ref = est.reference
     if not (isinstance(ref, functools.partial) and ref.func is families.whitened):
@@ -101,4 +101,4 @@ def uniform_shift(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray, t
     design = np.stack([x[valid], np.ones(int(valid.sum()))], axis=1)
     (slope, shift), *_ = np.linalg.lstsq(design, a[valid], rcond=None)
     typ = float(np.median(np.abs(a[valid]))) or 1.0
-    return abs(slope - 1.0) <= 1e-4 and abs(shift) > tol * typ
+    return abs(slope - 1.0) <= 1e-3 and abs(shift) > tol * typ
