@@ -25,8 +25,8 @@ _LAZY = {
     "StepReport": "report",
     "Tolerances": "config",
     "Violation": "violations",
-    "load_repro": "reproduce",
-    "replay": "reproduce",
+    "load_repro": "repro.replay",
+    "replay": "repro.replay",
     "METRICS": "catalog.metrics",
 }
 
@@ -38,8 +38,8 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .config import Tolerances as Tolerances
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport
-    from .reproduce import load_repro as load_repro
-    from .reproduce import replay as replay
+    from .repro.replay import load_repro as load_repro
+    from .repro.replay import replay as replay
     from .violations import INVARIANTS as INVARIANTS
     from .violations import InvariantViolation as InvariantViolation
     from .violations import Violation as Violation

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .violations import INVARIANTS
 
@@ -49,6 +49,12 @@ class MonitorConfig(BaseModel):
 
     >>> MonitorConfig(group_size=8, std_convention="population").group_size
     8
+
+    ``estimator=`` is the same setting as ``std_convention=`` (the estimator is the advantage
+    function; ``std_convention`` is its name since 0.1 and stays a documented alias):
+
+    >>> MonitorConfig(estimator="verl.grpo").estimator
+    'verl.grpo'
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -95,6 +101,25 @@ class MonitorConfig(BaseModel):
         20.0, gt=0, description="seconds close() waits in all for background sinks to drain"
     )
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _estimator_alias(cls, data: Any) -> Any:
+        """``estimator=`` sets ``std_convention``; both, and different, is an error naming both."""
+        if not isinstance(data, dict) or "estimator" not in data:
+            return data
+        data = dict(data)
+        name = data.pop("estimator")
+        if "std_convention" in data and data["std_convention"] != name:
+            raise ValueError(f"estimator={name!r} and std_convention={data['std_convention']!r} name two "
+                             "estimators; they are one setting (std_convention is its older name): pass one")
+        data["std_convention"] = name
+        return data
+
+    @property
+    def estimator(self) -> str:
+        """The advantage estimator the trainer uses (``std_convention`` under its older name)."""
+        return self.std_convention
 
     @field_validator("policies")
     @classmethod

@@ -2,9 +2,9 @@
 
 A step, top to bottom (``end_step``):
 
-1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.sync`);
+1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.step.sync`);
 2. ``found = self._check(synced)``: the invariants of what was synced (pure functions of
-   it, plus the convention lock);
+   it in :mod:`grpo_monitor.step.checks`, plus the estimator lock);
 3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
 4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
 5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
@@ -25,25 +25,23 @@ from typing import Any
 
 import torch
 
-from . import inputs
-from .accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
-from .assemble import assemble_report, violation_metrics
 from .catalog.metrics import DISABLED_PARTS_KEY
-from .checks import group_violations, passk_violations, token_violations, violation
 from .config import MonitorConfig
-from .derive import user_metrics
-from .distributed import rank_and_world
-from .estimators.judge import DEVICE_PROMISES
-from .guard import Faults, fail_open, locked
 from .report import StepReport
-from .repro import save_repro
-from .run_state import RunState
+from .repro.save import save_repro
+from .run.state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
 from .stats.rollout import rollout_stats
-from .sync import SyncedStep, sync_step
+from .step import inputs
+from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
+from .step.checks import breached_promises, rollout_findings, token_violations
+from .step.distributed import rank_and_world
+from .step.guard import Faults, fail_open, locked
+from .step.metrics import assemble_report, user_metrics, violation_metrics
+from .step.sync import SyncedStep, sync_step
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -105,7 +103,8 @@ class GRPOMonitor:
         vec, detail = rollout_stats(
             layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
         )
-        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps, weights)
+        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
+                               weights)
         self._acc.add_rollout(vec, record)
         if not self.config.defer_checks:
             self._check_now()
@@ -176,7 +175,7 @@ class GRPOMonitor:
         return self._finish(synced, self._check(synced))
 
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
-        """See :func:`grpo_monitor.sync.sync_step`; on several ranks every one sends the token slots."""
+        """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""
         if final and self._token_layout is None and rank_and_world()[1] > 1:
             from .stats.tokens import TOKEN_FIELDS
 
@@ -192,36 +191,22 @@ class GRPOMonitor:
         self._record(found)
 
     def _check(self, synced: SyncedStep) -> list[Violation]:
-        """The invariants of what ``synced`` holds, as far as the step's estimator promises them."""
+        """The invariants of what ``synced`` holds (:mod:`~grpo_monitor.step.checks` decides what counts).
+
+        The one stateful part is naming the estimator: the run's lock narrows (``RunState``);
+        the judgement is kept for the report and the checked rollout slice marked.
+        """
         found: list[Violation] = []
         if synced.has_rollout:
-            found = self._check_rollout(synced)
+            rollout = synced.rollout
+            assert rollout is not None, "synced.has_rollout"
+            judged = self._run.judge_estimator(rollout, synced.records, breached_promises(rollout))
+            found = rollout_findings(rollout, synced.records, judged, self.config, self.step)
+            if judged is not None:
+                self._acc.estimator = judged
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step)
-        return found
-
-    def _check_rollout(self, synced: SyncedStep) -> list[Violation]:
-        """Name the estimator (declared or found; the run's lock narrows), then check what it promises."""
-        rollout = synced.rollout
-        assert rollout is not None, "called when synced.has_rollout"
-        breached = frozenset(name for name in DEVICE_PROMISES if rollout.get(f"viol_{name}", 0) > 0)
-        judged = self._run.judge_estimator(rollout, synced.records, breached)
-        stabilizer = (self.config.stabilizer if self.config.stabilizer is not None
-                      else getattr(judged, "stabilizer", None))
-        records = [(r.detail, r.questions if r.questions is not None else r.labels) for r in synced.records]
-        found = group_violations(rollout, records, self.config, self.step, stabilizer)
-        if judged is None:
-            return found
-        self._acc.convention = judged
-        found = [v for v in found if v.invariant not in DEVICE_PROMISES or v.invariant in judged.promises]
-        if "one_nonzero_per_group" in judged.promises:
-            found += passk_violations(synced.records, self.config, self.step)
-        root_caused = any(v.invariant in ("affine_in_rewards", "zero_group_mean", "finite") for v in found)
-        if judged.problem and not root_caused:
-            found.append(violation("convention", self.step, judged.problem, self.config, judged.groups))
-        if judged.unknown:
-            found.append(violation("unknown_estimator", self.step, judged.unknown, self.config))
         return found
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
@@ -248,7 +233,7 @@ class GRPOMonitor:
         raising = [v for v in found if self._raises(v)]
         if not raising:
             return found
-        path, why = save_repro(self.config, self.step, self._acc, raising)
+        path, why = save_repro(self.config, self.step, self._acc, raising, lock=self._run.estimator.state_dict())
         return [dataclasses.replace(v, repro_path=path, repro_error=why) if self._raises(v) else v for v in found]
 
     def _record(self, found: list[Violation]) -> None:
@@ -277,7 +262,7 @@ class GRPOMonitor:
         rollout = ROLLOUT.to_dict(acc.rollout_checked.tolist()) if acc.rollout_checked is not None else None
         try:
             run = self._run.update(self.step, rollout, synced.ledger, synced.groups)
-            report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.convention,
+            report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.estimator,
                                      acc.violations, run, failed)
         except Exception:
             if self.config.strict:
@@ -312,7 +297,7 @@ class GRPOMonitor:
         """Forget what a failed part gathered this step, so the step end does not trip on it."""
         acc = self._acc
         if part == "rollout":
-            acc.rollout_pending = acc.rollout_checked = acc.convention = None
+            acc.rollout_pending = acc.rollout_checked = acc.estimator = None
             acc.rollouts, acc.checked = [], 0
         elif part == "generation":
             acc.ledger, acc.generations = None, []
@@ -377,7 +362,7 @@ class GRPOMonitor:
         return dict(self._run.counts)
 
     def state_dict(self) -> dict[str, Any]:
-        """Step counter, locked convention, per-question history, ledger totals and violation counts.
+        """Step counter, estimator lock, per-question history, ledger totals and violation counts.
 
         Plain Python values only (question ids given as numpy or torch scalars are converted),
         so ``json.dumps`` and ``torch.load(weights_only=True)`` take it.
@@ -390,9 +375,6 @@ class GRPOMonitor:
         with self._lock:
             self._run.load_state_dict(state)
             self.step = int(state["step"])
-
-
-_TOTALS = ("generated_groups", "generated_responses", "retained_groups")
 
 
 def _is_rank_zero() -> bool:

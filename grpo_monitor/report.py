@@ -14,7 +14,8 @@ class StepReport:
 
     ``metrics`` maps the ``grpo/...`` keys to floats; ``histograms`` maps keys to lists of
     floats (e.g. the per-question reward std); ``tables`` maps a table name to rows;
-    ``convention`` names the std convention in use (declared or inferred).
+    ``convention`` names the advantage estimator in use (declared or inferred; ``estimator``
+    reads the same value: ``convention`` is its name in the JSONL record since 0.1).
     """
 
     step: int
@@ -26,6 +27,11 @@ class StepReport:
     flagged_questions: list[Any] = dataclasses.field(default_factory=list)
     #: True when a violation of this step is under the ``"raise"`` policy (the run ends).
     failed: bool = False
+
+    @property
+    def estimator(self) -> str | None:
+        """The advantage estimator in use: a registry name (declared or inferred), or None."""
+        return self.convention
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready record the JSONL sink writes (one line per step)."""

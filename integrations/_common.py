@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from grpo_monitor.guard import integration_part
-from grpo_monitor.inputs import InputError
 from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.step.guard import integration_part
+from grpo_monitor.step.inputs import InputError
 from grpo_monitor.violations import InvariantViolation
 
 
@@ -20,7 +20,7 @@ class FailOpen:
 
     ``InvariantViolation`` and input errors propagate (they are the point). Any other
     exception is a fault of the monitor part ``"<name> integration"``, kept by the
-    monitor's own fail-open bookkeeping (:class:`grpo_monitor.guard.Faults`): logged once
+    monitor's own fail-open bookkeeping (:class:`grpo_monitor.step.guard.Faults`): logged once
     with its traceback, warned, and the integration is switched off for the rest of the
     run. Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
     ``grpo/monitor/disabled_parts`` and as one alert through every sink. With

@@ -38,11 +38,11 @@ from typing import Any
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.distributed import rank_and_world
 from grpo_monitor.integrations._common import row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.distributed import rank_and_world
 
 MODULE = "areal.trainer.ppo.actor"
 METHOD = "_compute_advantages"

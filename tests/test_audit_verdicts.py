@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_monitor.audit import audit, load_function
-from grpo_monitor.audit_probes import make_probes, offset_for
+from grpo_monitor.audit.probes import make_probes, offset_for
 from grpo_monitor.cli import main
 
 #: Advantage functions written as trainers write them: float32 arithmetic, some with a bug.
@@ -195,9 +195,9 @@ def test_doctests():
     """The probes module's examples hold."""
     import doctest
 
-    import grpo_monitor.audit_probes
+    import grpo_monitor.audit.probes
 
-    assert doctest.testmod(grpo_monitor.audit_probes).failed == 0
+    assert doctest.testmod(grpo_monitor.audit.probes).failed == 0
 
 
 # ------------------------------------------------------------------ as users run it

@@ -81,8 +81,9 @@ def test_building_the_parser_and_importing_the_package_import_no_torch():
 def test_every_public_name_is_importable_and_is_its_module_object():
     """Each name of grpo_monitor.__all__ resolves to the object its defining module holds; unknown names are worded."""
     import grpo_monitor
-    from grpo_monitor import config, monitor, report, reproduce, violations
+    from grpo_monitor import config, monitor, report, violations
     from grpo_monitor.catalog import metrics
+    from grpo_monitor.repro import replay as reproduce
 
     expected = {
         "GRPOMonitor": monitor.GRPOMonitor, "INVARIANTS": violations.INVARIANTS,
@@ -158,7 +159,7 @@ def test_demo_outputs_list_the_plots_folder(tmp_path, capsys):
 def test_bad_reward_element_is_named(rewards, where, shown):
     """A reward list with a non-number names the argument, the first bad element and its type, and points to NaN."""
     from grpo_monitor import GRPOMonitor, MonitorConfig
-    from grpo_monitor.inputs import InputTypeError
+    from grpo_monitor.step.inputs import InputTypeError
 
     with pytest.raises(InputTypeError) as info:
         GRPOMonitor(MonitorConfig(group_size=2)).observe_rollout(rewards)
@@ -171,7 +172,7 @@ def test_bad_reward_element_is_named(rewards, where, shown):
 def test_bad_advantage_element_is_named_without_the_reward_hint():
     """The same check on advantages names `advantages[i]`; the NaN advice is for rewards only."""
     from grpo_monitor import GRPOMonitor, MonitorConfig
-    from grpo_monitor.inputs import InputTypeError
+    from grpo_monitor.step.inputs import InputTypeError
 
     with pytest.raises(InputTypeError, match=r"but advantages\[2\] is None \(NoneType\)$"):
         GRPOMonitor(MonitorConfig(group_size=2)).observe_rollout([1.0, 0.0, 1.0, 0.0], advantages=[0.5, -0.5, None, 0])
@@ -180,7 +181,7 @@ def test_bad_advantage_element_is_named_without_the_reward_hint():
 def test_ragged_reward_list_keeps_torch_reason():
     """Rows of different lengths (no bad element to name) still say why: torch's own reason follows the value."""
     from grpo_monitor import GRPOMonitor, MonitorConfig
-    from grpo_monitor.inputs import InputTypeError
+    from grpo_monitor.step.inputs import InputTypeError
 
     with pytest.raises(InputTypeError, match=r"but got \[\[1\.0, 0\.0\], \[1\.0\]\]: expected sequence of length 2"):
         GRPOMonitor(MonitorConfig(group_size=2)).observe_rollout([[1.0, 0.0], [1.0]])

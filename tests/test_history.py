@@ -1,4 +1,4 @@
-"""grpo_monitor.history: the intra-group correlation estimator and the bounded question history."""
+"""grpo_monitor.run.history: the intra-group correlation estimator and the bounded question history."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_monitor.history import QuestionHistory, intra_group_correlation
-from grpo_monitor.questions import iid_degenerate_rate
+from grpo_monitor.run.history import QuestionHistory, intra_group_correlation
+from grpo_monitor.run.questions import iid_degenerate_rate
 
 # ------------------------------------------------------------- overdispersion (ICC)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_monitor.inputs import InputTypeError, InputValueError, factorize, group_layout
+from grpo_monitor.step.inputs import InputTypeError, InputValueError, factorize, group_layout
 from references import advantages
 
 B, G = 12, 4

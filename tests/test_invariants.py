@@ -301,10 +301,13 @@ def test_zero_group_mean_fires_on_the_wrong_axis(make_monitor):
 
 
 def test_zero_group_mean_fires_on_a_batch_baseline(make_monitor):
-    """Invariant 4: one batch-wide baseline instead of per-group means."""
+    """Invariant 4: one batch-wide baseline where per-group means are declared. Under "auto" it is ROLL's
+    shipped batch-mean estimator (norm_mean_type='batch', norm_std_type='batch') and is named, not flagged."""
     r = binary_batch(12)
-    found = breaches(make_monitor, r, (r - r.mean()) / (r.std() + 1e-4))
-    assert "zero_group_mean" in found
+    a = (r - r.mean()) / (r.std() + 1e-4)
+    assert "zero_group_mean" in breaches(make_monitor, r, a, std_convention="trl.group")
+    report = check(make_monitor, r, a, on_violation="ignore")
+    assert report.violations == [] and report.convention == "roll.batch_norm"
 
 
 def test_affine_fires_on_rows_misaligned_after_a_shuffle(make_monitor):

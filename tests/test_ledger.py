@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from grpo_monitor import theory
-from grpo_monitor.questions import conditional_overdispersion, filtered_flags
+from grpo_monitor.run.questions import conditional_overdispersion, filtered_flags
 
 
 @dataclasses.dataclass

@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import grpo_monitor.sync as sync_module
+import grpo_monitor.step.sync as sync_module
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig, load_repro, replay
 from references import advantages
 

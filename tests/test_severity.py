@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
-from grpo_monitor.checks import residue_bound
+from grpo_monitor.step.checks import residue_bound
 from references import advantages
 
 

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from ..config import MonitorConfig
+#: A :class:`~grpo_monitor.config.MonitorConfig` (config.py reads this catalogue, so it is not imported here).
+MonitorConfig = Any
 
 Severity = Literal["error", "warning"]
 Side = Literal["rollout", "tokens", "steps", "replay"]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from . import fail
 
 if TYPE_CHECKING:
-    from ..audit import AuditResult
+    from ..audit.run import AuditResult
 
 _NAN_TEXT = {
     "excluded": "excluded: unscorable rows get 0 and stay out of the statistics",
@@ -53,7 +53,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Audit the function; print text or JSON; exit 2 when it does not run, 1 when it is broken, else 0."""
-    from ..audit import audit, load_function
+    from ..audit.run import audit, load_function
 
     try:
         fn = load_function(args.function)

@@ -10,8 +10,8 @@ against them ("which estimator, with which stabilizer, explains these numbers").
 """
 
 from .base import PROMISES, SINGLETONS, Estimator
-from .families import STABILIZERS
 from .custom import CUSTOM, custom
+from .families import STABILIZERS
 from .registry import CUSTOM_ID, ESTIMATOR_IDS, ESTIMATORS, UNKNOWN_ID, by_framework, get, id_of, known, name_of, table
 from .replay import Fit, candidates, fit, fit_all
 

@@ -37,6 +37,12 @@ SINGLETONS: dict[str, str] = {
 }
 
 
+#: ``grpo/adv/convention_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
+CUSTOM_ID = -2
+#: ``grpo/adv/convention_id`` when no estimator is named (none fits, or the check broke).
+UNKNOWN_ID = -1
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimator:
     """An advantage estimator: a pure float64 reference plus what it promises and where it comes from.
@@ -155,3 +161,7 @@ def check_lengths(lengths: Any, n: int) -> np.ndarray:
     if not np.isfinite(w).all() or (w < 0).any():
         raise ValueError("lengths must be finite token counts >= 0")
     return w
+
+
+#: Every user-declared estimator by name (``ESTIMATORS`` holds the shipped ones); filled by ``custom``.
+CUSTOM: dict[str, Estimator] = {}

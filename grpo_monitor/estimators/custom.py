@@ -28,11 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .base import PROMISES, Estimator
+from .base import CUSTOM, CUSTOM_ID, PROMISES, Estimator
 from .families import group_stats, layout
 
-#: Every user-declared estimator by name (the registry's ``ESTIMATORS`` holds the shipped ones).
-CUSTOM: dict[str, Estimator] = {}
 _TOL = 1e-6  # a promise holds on the probes to this x typical |advantage| (float64 arithmetic)
 
 
@@ -43,7 +41,7 @@ def custom(fn: Callable[..., Any], *, name: str | None = None, promises: Iterabl
     graded and constant groups, NaN rows); pass them to override. Declaring a name again
     replaces the earlier function. A registry name cannot be reused.
     """
-    from .registry import CUSTOM_ID, ESTIMATORS
+    from .registry import ESTIMATORS
 
     if isinstance(fn, Estimator) or not callable(fn):
         raise TypeError(f"fn must be a function rewards (B, G) -> advantages (B, G), got {type(fn).__name__}")

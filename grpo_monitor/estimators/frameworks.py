@@ -7,9 +7,8 @@ the monitor's NaN convention (see :mod:`.base`); everything else follows the sou
 
 from __future__ import annotations
 
-from functools import partial
-
 import math
+from functools import partial
 
 from . import families as f
 from . import long_tail as t
@@ -224,8 +223,9 @@ LONG_TAIL = (
         f"roll/utils/functionals.py::reward_norm (norm_mean_type='batch', norm_std_type='batch') @ {ROLL_TAIL}",
         "(r - mean of the batch) / (torch.std of the batch + 1e-6)"),
     Estimator(
-        "verl.gdpo", t.decoupled_whitened, {"weights": None, "group_ddof": 1, "group_eps": 1e-6, "ddof": 1,
-                                           "eps": 1e-8, "count_eps": 1e-8}, frozenset({"unscorable_rows", "batch_zero_mean"}),
+        "verl.gdpo", t.decoupled_whitened,
+        {"weights": None, "group_ddof": 1, "group_eps": 1e-6, "ddof": 1, "eps": 1e-8, "count_eps": 1e-8},
+        frozenset({"unscorable_rows", "batch_zero_mean"}),
         f"verl/trainer/ppo/core_algos.py::compute_gdpo_outcome_advantage @ {VERL}",
         "rewards (N, K): per column (x - mean_g) / (torch.std_g + 1e-6) (one-row group keeps x), weighted sum, "
         "then token whitening (s - mu) / sqrt(var + 1e-8), var Bessel over tokens",

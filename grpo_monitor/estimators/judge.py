@@ -267,6 +267,7 @@ def _fitting(rows: Rows, names: Sequence[str], tol: float, config: Any) -> list[
     on the rollout's reward components.
     """
     ratio = config.tolerances.max_stabilizer_ratio
+    assert rows.advantages is not None, "replayed rows have advantages (Rows.replayable)"
     out = []
     for n in names:
         est = ESTIMATORS[n]

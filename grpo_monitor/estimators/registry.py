@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .base import Estimator
+from .base import CUSTOM, CUSTOM_ID, UNKNOWN_ID, Estimator
 from .frameworks import ALL
 
 #: The stable integer id of every registry entry, logged as ``grpo/adv/convention_id``. An id
@@ -22,10 +22,6 @@ ESTIMATOR_IDS: dict[str, int] = {
     "verl.opo": 32, "length_weighted_loo": 33, "roll.grpo_clip": 34, "none_clip_negative": 35,
     "roll.batch_mean": 36, "roll.batch_norm": 37, "verl.gdpo": 38,
 }
-#: ``grpo/adv/convention_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
-CUSTOM_ID = -2
-#: ``grpo/adv/convention_id`` when no estimator is named (none fits, or the check broke).
-UNKNOWN_ID = -1
 
 
 def _with_ids(entries: tuple[Estimator, ...]) -> dict[str, Estimator]:
@@ -48,8 +44,6 @@ def get(name: str) -> Estimator:
     >>> get("verl.grpo").params["eps"], get("verl.grpo").id
     (1e-06, 9)
     """
-    from .custom import CUSTOM
-
     try:
         return ESTIMATORS[name] if name in ESTIMATORS else CUSTOM[name]
     except KeyError:
@@ -59,8 +53,6 @@ def get(name: str) -> Estimator:
 
 def known(name: str) -> bool:
     """Whether ``name`` is a registry entry or a declared custom estimator."""
-    from .custom import CUSTOM
-
     return name in ESTIMATORS or name in CUSTOM
 
 

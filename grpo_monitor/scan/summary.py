@@ -14,10 +14,10 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from .run import ScanResult
+#: A :class:`~grpo_monitor.scan.run.ScanResult` (run.py imports this module, so it is not imported here).
+ScanResult = Any
 
 #: (label, metric key, format) of the trend table.
 TRENDS: tuple[tuple[str, str, str], ...] = (

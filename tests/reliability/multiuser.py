@@ -27,7 +27,7 @@ needs_root = pytest.mark.skipif(
 
 _PREAMBLE = """
 import os, sys, warnings
-import torch, grpo_monitor, grpo_monitor.monitor, grpo_monitor.repro
+import torch, grpo_monitor, grpo_monitor.monitor, grpo_monitor.repro.save
 os.setgid({uid}); os.setuid({uid})
 """
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.history import QuestionHistory
+from grpo_monitor.run.history import QuestionHistory
 
 
 def _records(history: QuestionHistory) -> list[dict]:

@@ -12,11 +12,11 @@ import torch
 
 import grpo_monitor
 import grpo_monitor.monitor as monitor_module
-import grpo_monitor.sync as sync_module
+import grpo_monitor.step.sync as sync_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
 from grpo_monitor.estimators.classic_lock import ConventionTracker
-from grpo_monitor.history import QuestionHistory
+from grpo_monitor.run.history import QuestionHistory
 from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])

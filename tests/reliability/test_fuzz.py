@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.inputs import InputTypeError, InputValueError
 from grpo_monitor.sinks.jsonl import encode_line
+from grpo_monitor.step.inputs import InputTypeError, InputValueError
 from references import population_of_groups
 
 #: Examples per test; the file runs in well under a minute on two CPU cores.

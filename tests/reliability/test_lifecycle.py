@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
-from grpo_monitor.guard import MonitorClosedError
 from grpo_monitor.sinks.jsonl import JSONLSink
+from grpo_monitor.step.guard import MonitorClosedError
 from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0]])

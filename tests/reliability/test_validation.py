@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.inputs import InputError, InputTypeError, InputValueError
+from grpo_monitor.step.inputs import InputError, InputTypeError, InputValueError
 from grpo_monitor.violations import InvariantViolation
 from references import advantages
 

@@ -12,7 +12,7 @@ from ``token_stats`` and warns once; the backend selection then passes the kerne
 the rest of the process. ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
 
 Loading a shared library runs its code, so the cache is trusted only when it is private
-(``grpo_monitor.private_files``): the folder and the library must be owned by the current
+(``grpo_monitor.repro.private_files``): the folder and the library must be owned by the current
 user and writable by nobody else. The preferred cache is ``$GRPO_MONITOR_CACHE_DIR`` or
 ``~/.cache/grpo_monitor``; where that cannot be created (``HOME=/`` under ``docker --user``)
 it is ``<tmp>/grpo_monitor-<uid>``, a name anyone can predict and pre-create. A folder that
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ...private_files import UnsafePathError, check_private, private_dir, user_private_dir
+from ...repro.private_files import UnsafePathError, check_private, private_dir, user_private_dir
 from .arguments import TokenInputs
 from .table import TOKEN_FIELDS
 

@@ -1,14 +1,24 @@
-"""From reduced sufficient statistics (host floats) to the ``grpo/...`` metric values.
+"""From a synced step's host values to its report: the ``grpo/...`` metric values and the StepReport.
 
-A reader finds how each metric's value is derived here by its key; what the key means,
-its section and its aggregation are catalogued in :mod:`grpo_monitor.catalog.metrics`.
+Pure functions, no state, no I/O. A reader finds how each metric's value is derived here by
+its key; what the key means, its section and its aggregation are catalogued in
+:mod:`grpo_monitor.catalog.metrics`. ``assemble_report`` turns what one step synced
+(:class:`~grpo_monitor.step.sync.SyncedStep`), the step's findings and what the run state
+derived (:class:`~grpo_monitor.run.state.RunUpdate`) into the :class:`StepReport` every sink
+receives, a breach's report included.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
-from .catalog.metrics import MONITOR_SECTIONS
+import numpy as np
+
+from ..catalog.metrics import MONITOR_SECTIONS
+from ..report import StepReport
+from .accumulator import HostGroups
 
 
 def _ratio(num: float, den: float) -> float:
@@ -56,13 +66,13 @@ def _finite_or_zero(x: float) -> float:
     return x if math.isfinite(x) else 0.0
 
 
-def convention_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
+def estimator_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
     """The estimator in use as numbers: its stable id (``ESTIMATOR_IDS``; -2 a user-declared one, -1 none).
 
-    >>> convention_metrics("verl.grpo", 1e-6)
+    >>> estimator_metrics("verl.grpo", 1e-6)
     {'grpo/adv/convention_id': 9.0, 'grpo/adv/stabilizer': 1e-06}
     """
-    from .estimators.registry import id_of
+    from ..estimators.registry import id_of
 
     out = {"grpo/adv/convention_id": float(id_of(name))}
     if stabilizer is not None:
@@ -126,3 +136,55 @@ def _finite(key: str, value: object) -> float:
         kind = InputTypeError if isinstance(value, (str, bytes)) else InputValueError
         raise kind(f"metrics[{key!r}] must be a finite number, but got {value!r:.40}")
     return number
+
+def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
+                    tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,
+                    violations: Sequence[Any], run: Any, failed: bool) -> StepReport:
+    """Metrics, histograms, tables and violations of the step.
+
+    ``rollout`` is the whole step's rollout statistics, ``estimator`` the step's judgement (or
+    None), ``run`` the :class:`~grpo_monitor.run.state.RunUpdate` of this step (or None).
+    """
+    metrics: dict[str, float] = {}
+    if rollout and rollout["groups"] > 0:
+        metrics.update(rollout_metrics(rollout))
+    if estimator is not None:
+        metrics.update(estimator_metrics(estimator.name, estimator.stabilizer))
+    if ledger and ledger.get("generation_batches", 0) > 0:
+        metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
+    if tokens is not None:
+        from ..stats.tokens import token_metrics
+
+        metrics.update(token_metrics(list(tokens.values())))  # the dict keeps TOKEN_FIELDS order
+    report = StepReport(step, metrics, list(violations), failed=failed)
+    report.convention = estimator.name if estimator is not None else None
+    report.histograms.update(group_histograms(groups))
+    if run is not None:
+        metrics.update(run.metrics)
+        report.flagged_questions = list(run.flagged)
+        if run.table is not None:
+            report.tables["grpo/questions"] = run.table
+    metrics.update(violation_metrics(violations))
+    return report
+
+
+def group_histograms(groups: HostGroups | None) -> dict[str, list[float]]:
+    """The per-question reward std of the retained groups and a sample of the advantages."""
+    out: dict[str, list[float]] = {}
+    if groups is None:
+        return out
+    if groups.kept:
+        out["grpo/reward/question_std"] = np.concatenate([k.std[k.n > 0] for k in groups.kept]).tolist()
+    adv = groups.adv
+    if len(adv) and np.isfinite(adv).any():
+        out["grpo/adv/values"] = adv[np.isfinite(adv)].tolist()
+    return out
+
+
+def violation_metrics(violations: Sequence[Any]) -> dict[str, float]:
+    """``grpo/invariants/violations`` and one count per broken invariant."""
+    out = {"grpo/invariants/violations": float(len(violations))}
+    for v in violations:
+        key = f"grpo/invariants/{v.invariant}"
+        out[key] = out.get(key, 0.0) + 1.0
+    return out

@@ -20,15 +20,12 @@ import logging
 import warnings
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
+from ..violations import InvariantViolation
 from .inputs import InputError
-from .violations import InvariantViolation
-
-if TYPE_CHECKING:
-    from .monitor import GRPOMonitor
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("grpo_monitor")
@@ -48,6 +45,20 @@ def integration_part(name: str) -> str:
     return name + _INTEGRATION
 
 
+class Guarded(Protocol):
+    """What the guard needs of the monitor it guards (:class:`~grpo_monitor.monitor.GRPOMonitor`)."""
+
+    closed: bool
+    _closed_by: str | None
+    _lock: Any
+    _guard: Faults
+    config: Any
+
+    def _fault(self, part: str) -> None: ...
+
+    def _skip(self, part: str, *args: Any, **kwargs: Any) -> Any: ...
+
+
 class MonitorClosedError(RuntimeError):
     """A public method was called on a closed monitor."""
 
@@ -56,7 +67,7 @@ class MonitorClosedError(RuntimeError):
 PROPAGATE = (InvariantViolation, InputError, MonitorClosedError)
 
 
-def ensure_open(monitor: GRPOMonitor, call: str) -> None:
+def ensure_open(monitor: Guarded, call: str) -> None:
     """Raise :class:`MonitorClosedError` naming ``call`` when ``monitor`` is closed."""
     if not monitor.closed:
         return
@@ -67,7 +78,7 @@ def ensure_open(monitor: GRPOMonitor, call: str) -> None:
     )
 
 
-def _lock_unless_tracing(monitor: GRPOMonitor) -> Any:
+def _lock_unless_tracing(monitor: Guarded) -> Any:
     """The monitor's lock; none while Dynamo traces a compiled caller (it cannot trace an RLock).
 
     Inside a ``torch.compile``d step the observe call's state updates are replayed after
@@ -80,7 +91,7 @@ def locked(fn: F) -> F:
     """Run ``fn`` under the monitor's lock, after the closed check."""
 
     @functools.wraps(fn)
-    def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             ensure_open(self, fn.__name__)
             return fn(self, *args, **kwargs)
@@ -97,7 +108,7 @@ def fail_open(part: str) -> Callable[[F], F]:
 
     def deco(fn: F) -> F:
         @functools.wraps(fn)
-        def wrapper(self: GRPOMonitor, *args: Any, **kwargs: Any) -> Any:
+        def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
             with _lock_unless_tracing(self):
                 ensure_open(self, fn.__name__)
                 if part in self._guard.disabled:

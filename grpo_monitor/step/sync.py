@@ -14,9 +14,9 @@ import dataclasses
 
 import torch
 
+from ..stats.fields import FieldLayout
 from .accumulator import LEDGER, ROLLOUT, Accumulator, HostGroups, RolloutRecord
 from .distributed import all_reduce_fields, gather_objects, rank_and_world
-from .stats.fields import FieldLayout
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .stats.fields import FieldLayout
+from ..stats.fields import FieldLayout
 
 
 def rank_and_world() -> tuple[int, int]:

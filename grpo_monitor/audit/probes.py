@@ -7,7 +7,7 @@ precision (:func:`offset_for`), so a sound float32 function is not blamed for ro
 the rewards themselves. What the function returns must be a floating tensor of the
 rewards' shape: anything else is a :class:`ContractError`.
 
-The float64 runs are replayed against the estimator registry in :mod:`grpo_monitor.audit_registry`.
+The float64 runs are replayed against the estimator registry in :mod:`grpo_monitor.audit.registry`.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 import torch
 
-from . import theory
-from .config import MonitorConfig
-from .monitor import GRPOMonitor
+from .. import theory
+from ..config import MonitorConfig
+from ..monitor import GRPOMonitor
 
 AdvantageFn = Callable[[torch.Tensor], Any]
 #: The precisions every probe is run in: float64, and float32 as trainers compute.

@@ -4,35 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
 
-from .config import MonitorConfig
+from ..config import MonitorConfig
+from ..step.accumulator import GroupArrays
 from .history import QuestionHistory
-
-#: The per-group arrays a record sends to the host at the end of a step, in this order.
-GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate")
-
-
-class GroupArrays:
-    """Host copies of one record's per-group arrays (``GROUP_ARRAYS``: std, reward sum, valid count, degenerate)."""
-
-    def __init__(self, flat: np.ndarray, questions: Sequence[Hashable] | None):
-        std, rsum, n, degen = flat.reshape(len(GROUP_ARRAYS), -1)
-        self.std, self.reward_sum, self.n, self.degenerate = std, rsum, n, degen.astype(bool)
-        self.questions = list(questions) if questions is not None else None
-
-
-def split_arrays(flat: np.ndarray, sizes: Sequence[int], questions: Sequence[Any]) -> list[GroupArrays]:
-    """Cut the step's concatenated per-group arrays back into records."""
-    out, offset = [], 0
-    for size, q in zip(sizes, questions, strict=True):
-        width = len(GROUP_ARRAYS) * size
-        out.append(GroupArrays(flat[offset:offset + width], q))
-        offset += width
-    return out
 
 
 def filtered_flags(gen_q: list[Hashable], gen_degenerate: np.ndarray, kept_q: list[Hashable]) -> np.ndarray:

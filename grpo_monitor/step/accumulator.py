@@ -2,8 +2,8 @@
 
 Device tensors only: reducible vectors (rollout, tokens, ledger) merged call by call,
 and the per-group tensors of each rollout kept for histograms, the per-question history
-and breach descriptions. Nothing here moves data to the host; ``grpo_monitor.sync`` does,
-once, into a frozen :class:`~grpo_monitor.sync.SyncedStep`.
+and breach descriptions. Nothing here moves data to the host; ``grpo_monitor.step.sync`` does,
+once, into a frozen :class:`~grpo_monitor.step.sync.SyncedStep`.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from .questions import GROUP_ARRAYS, GroupArrays, split_arrays
-from .stats.fields import FieldLayout
-from .stats.groups import GroupRewardStats
-from .stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
+from ..stats.fields import FieldLayout
+from ..stats.groups import GroupRewardStats
+from ..stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
 
 #: ``generation_batches`` holds the running count of ``observe_generation`` calls in the step,
 #: reduced by max: the generation rounds, which ranks sharing one batch run together.
@@ -30,6 +29,29 @@ LEDGER_FIELDS = (
 ROLLOUT = ROLLOUT_LAYOUT
 ADV_SAMPLE = 1024  # advantages sent to the sinks' histogram each step
 LEDGER = FieldLayout(LEDGER_FIELDS)
+
+
+#: The per-group arrays a record sends to the host at the end of a step, in this order.
+GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate")
+
+
+class GroupArrays:
+    """Host copies of one record's per-group arrays (``GROUP_ARRAYS``: std, reward sum, valid count, degenerate)."""
+
+    def __init__(self, flat: np.ndarray, questions: Sequence[Hashable] | None):
+        std, rsum, n, degen = flat.reshape(len(GROUP_ARRAYS), -1)
+        self.std, self.reward_sum, self.n, self.degenerate = std, rsum, n, degen.astype(bool)
+        self.questions = list(questions) if questions is not None else None
+
+
+def split_arrays(flat: np.ndarray, sizes: Sequence[int], questions: Sequence[Any]) -> list[GroupArrays]:
+    """Cut the step's concatenated per-group arrays back into records."""
+    out, offset = [], 0
+    for size, q in zip(sizes, questions, strict=True):
+        width = len(GROUP_ARRAYS) * size
+        out.append(GroupArrays(flat[offset:offset + width], q))
+        offset += width
+    return out
 
 
 @dataclasses.dataclass
@@ -88,7 +110,7 @@ class Accumulator:
 
     ``rollout_checked`` is the host copy of the rollout statistics already synced and
     checked this step (an eager check per ``observe_rollout``); ``rollouts[:checked]`` are
-    their records. ``violations`` and ``convention`` are the step's findings.
+    their records. ``violations`` and ``estimator`` (the judgement of the step's advantage estimator) are its findings.
     """
 
     rollout_pending: torch.Tensor | None = None  # device: not yet synced
@@ -98,7 +120,7 @@ class Accumulator:
     rollouts: list[RolloutRecord] = dataclasses.field(default_factory=list)
     generations: list[GenerationRecord] = dataclasses.field(default_factory=list)
     violations: list[Any] = dataclasses.field(default_factory=list)
-    convention: Any = None
+    estimator: Any = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
 

@@ -1,5 +1,10 @@
 """Checks: from what a step synced to :class:`Violation` records. Pure functions, host side.
 
+:func:`rollout_findings` decides what counts: the estimator's promises filter the device-side
+breaches, pass@k estimators get their own check, and a ``convention`` finding is added only
+when no structural breach already explains the misfit (the root-cause rule). The monitor
+names the estimator (the run's lock is its state) and applies what these return.
+
 The per-step path only moves counts; the observed values and the first offending group
 ids are read from the rollout's per-group tensors when a count is nonzero (the breach
 path). Statements, hints, expected values and default severities come from
@@ -15,13 +20,46 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from .catalog.invariants import GROUP_INVARIANTS, INVARIANTS
-from .config import MonitorConfig
-from .stats.rollout import RolloutDetail
-from .violations import Violation
+from ..catalog.invariants import GROUP_INVARIANTS, INVARIANTS
+from ..config import MonitorConfig
+from ..estimators.judge import DEVICE_PROMISES, Judgement
+from ..stats.rollout import RolloutDetail
+from ..violations import Violation
 
 _MAX_GROUPS = 5
 _RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
+
+
+#: Breaches that explain an estimator misfit by themselves: no ``convention`` finding on top of them.
+ROOT_CAUSES = ("affine_in_rewards", "zero_group_mean", "finite")
+
+
+def breached_promises(rollout: dict[str, float]) -> frozenset[str]:
+    """The device-side promises the rollout's counts show broken (what the estimator judge weighs)."""
+    return frozenset(name for name in DEVICE_PROMISES if rollout.get(f"viol_{name}", 0) > 0)
+
+
+def rollout_findings(rollout: dict[str, float], records: Sequence, judged: Judgement | None,
+                     config: MonitorConfig, step: int) -> list[Violation]:
+    """The violations of a synced rollout under the estimator ``judged`` (None: nothing named, all count).
+
+    ``records`` are the step's rollout records (per-group detail, labels, question ids, the
+    inputs). Only what the estimator promises counts; a misfit no root cause explains is a
+    ``convention`` error.
+    """
+    stabilizer = config.stabilizer if config.stabilizer is not None else getattr(judged, "stabilizer", None)
+    labelled = [(r.detail, r.questions if r.questions is not None else r.labels) for r in records]
+    found = group_violations(rollout, labelled, config, step, stabilizer)
+    if judged is None:
+        return found
+    found = [v for v in found if v.invariant not in DEVICE_PROMISES or v.invariant in judged.promises]
+    if "one_nonzero_per_group" in judged.promises:
+        found += passk_violations(records, config, step)
+    if judged.problem and not any(v.invariant in ROOT_CAUSES for v in found):
+        found.append(violation("convention", step, judged.problem, config, judged.groups))
+    if judged.unknown:
+        found.append(violation("unknown_estimator", step, judged.unknown, config))
+    return found
 
 
 def violation(name: str, step: int, observed: str, config: MonitorConfig, groups: tuple = (), **kw) -> Violation:
@@ -138,7 +176,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
     """
-    from .estimators.rows import host_rows
+    from ..estimators.rows import host_rows
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import torch
 
-from .audit_probes import Match
-from .config import Tolerances
-from .estimators import ESTIMATORS, Estimator, fit, get
+from ..config import Tolerances
+from ..estimators import ESTIMATORS, Estimator, fit, get
+from .probes import Match
 
 #: Probes a registry entry must reproduce (float64) to match; the stabilizer is fitted on the first.
 MATCH_PROBES = ("scale_down", "continuous", "binary", "constant", "offset", "scale_up")

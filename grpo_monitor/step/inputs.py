@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .stats.segments import Segments
+from ..stats.segments import Segments
 
 _NUMERIC_KINDS = "biuf"
 

@@ -1,11 +1,11 @@
 """What crosses step boundaries, and the one place it changes: :meth:`RunState.update`.
 
 The per-question history, the run totals of the retry ledger, the violation counts and
-the convention lock are the monitor's only memory between steps. ``update`` folds a
+the estimator lock are the monitor's only memory between steps. ``update`` folds a
 finished step in (once per step, at its end, a failing step included) and returns the
-metrics that memory yields; ``lock_convention`` is called by the rollout check. Both
-are explicit calls in :class:`~grpo_monitor.monitor.GRPOMonitor`; nothing else mutates
-this state, and :meth:`state_dict` saves all of it.
+metrics that memory yields; ``judge_estimator`` names a checked rollout's estimator and
+narrows the lock. Both are explicit calls in :class:`~grpo_monitor.monitor.GRPOMonitor`;
+nothing else mutates this state, and :meth:`state_dict` saves all of it.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from collections import Counter
 from collections.abc import Hashable, Sequence
 from typing import Any
 
-from .accumulator import HostGroups
-from .config import MonitorConfig
-from .estimators.judge import EstimatorJudge, Judgement
-from .inputs import plain_state
+from ..config import MonitorConfig
+from ..estimators.judge import EstimatorJudge, Judgement
+from ..step.accumulator import HostGroups
+from ..step.inputs import plain_state
 from .questions import QuestionTracker
 
 _TOTALS = ("generated_groups", "generated_responses", "retained_groups")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from . import audit_registry as registry
-from .audit_probes import Match
-from .estimators import Estimator, get
+from ..estimators import Estimator, get
+from . import registry
+from .probes import Match
 
 #: Likely causes, each given away by a combination of symptoms (see :func:`structural_causes`).
 CAUSES = {

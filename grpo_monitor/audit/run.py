@@ -26,14 +26,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import audit_probes as probes
-from . import audit_registry as registry
-from . import theory
-from .audit_causes import CAUSES, apply_causes, expectation_cause, structural_causes
-from .audit_probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
-from .config import Tolerances
-from .estimators import get
-from .strict_json import json_safe
+from .. import theory
+from ..config import Tolerances
+from ..estimators import get
+from ..strict_json import json_safe
+from . import probes, registry
+from .causes import CAUSES, apply_causes, expectation_cause, structural_causes
+from .probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
 
 #: Notes on NaN handling that are not violations.
 NAN_NOTES = {

@@ -1,0 +1,125 @@
+"""Save the tensors of a breach so it can be reproduced offline, in the one repro file format.
+
+The format is :class:`SavedRollout` (one per ``observe_rollout`` call: everything the live
+check used, token counts and question ids included) plus the step, the config, the broken
+invariants and the estimator lock the run had reached (``FORMAT`` numbers it). Loading and
+replaying live in :mod:`grpo_monitor.repro.replay` (which imports the monitor; the monitor
+imports this module); both read the format from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..config import MonitorConfig
+from .private_files import create_private_file, user_private_dir
+
+#: Version of the repro file format (2: lengths, question ids and the estimator lock saved).
+FORMAT = 2
+
+
+def repro_dir(config: MonitorConfig) -> str:
+    """Where breach files go: ``config.repro_dir``, else the per-user private folder.
+
+    The default is ``<tmp>/grpo-monitor-repro-<uid>``, created 0700 and used only while it
+    is owned by the current user and writable by nobody else; when another user got there
+    first, a fresh private folder is made instead (see :mod:`grpo_monitor.repro.private_files`).
+    """
+    if config.repro_dir:
+        return config.repro_dir
+    folder, why = user_private_dir("grpo-monitor-repro")
+    if why:
+        warnings.warn(f"grpo-monitor: {why}; breach files go to the fresh private folder {folder}", RuntimeWarning,
+                      stacklevel=1)
+    return str(folder)
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedRollout:
+    """One ``observe_rollout`` call as saved: the arguments the live check was given, on the CPU."""
+
+    rewards: torch.Tensor
+    group_index: torch.Tensor
+    group_labels: list[str]
+    advantages: torch.Tensor | None
+    lengths: torch.Tensor | None = None
+    question_ids: list[str] | None = None
+
+    @staticmethod
+    def of(record: Any) -> SavedRollout:
+        """From an accumulator's ``RolloutRecord``."""
+        return SavedRollout(
+            rewards=record.rewards.detach().cpu(), group_index=record.gid.detach().cpu(),
+            group_labels=[str(x) for x in record.labels], advantages=_cpu(record.advantages),
+            lengths=_cpu(record.lengths),
+            question_ids=None if record.questions is None else [str(q) for q in record.questions],
+        )
+
+    def observe_args(self) -> dict[str, Any]:
+        """The keyword arguments that feed it to ``GRPOMonitor.observe_rollout`` again (rewards included)."""
+        return dict(rewards=self.rewards, group_ids=self.group_index, advantages=self.advantages,
+                    lengths=self.lengths)
+
+    @staticmethod
+    def load(saved: dict[str, Any]) -> SavedRollout:
+        """From the plain dict a file holds (format 1 files have no lengths or question ids)."""
+        fields = {f.name for f in dataclasses.fields(SavedRollout)}
+        return SavedRollout(**{k: v for k, v in saved.items() if k in fields})
+
+
+def _cpu(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach().cpu()
+
+
+def save_repro(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any],
+               lock: dict[str, Any] | None = None) -> tuple[str | None, str | None]:
+    """Write the step's rollouts (:class:`SavedRollout`) and the estimator ``lock`` to a ``.pt`` file.
+
+    Returns ``(path, None)``, or ``(None, reason)`` when saving failed for any reason (a full
+    disk, a folder of another user, a file in the way): the dump must never hide the breach.
+    The file is new (``O_EXCL | O_NOFOLLOW``, mode 0600): an existing name, a planted symlink
+    included, is never opened; the next free ``-N`` suffix is taken instead.
+    """
+    try:
+        payload = _payload(config, step, state, violations, lock)
+        folder = Path(repro_dir(config))
+        if not folder.is_dir():
+            folder.mkdir(mode=0o700, parents=True)
+        return _write_new(folder, f"step{step:06d}-pid{os.getpid()}", payload), None
+    except Exception as exc:  # noqa: BLE001 - any failure: report it in the breach message
+        return None, f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _payload(config: MonitorConfig, step: int, state: Any, violations: Sequence[Any],
+             lock: dict[str, Any] | None) -> dict[str, Any]:
+    rollouts = [dataclasses.asdict(SavedRollout.of(r)) for r in state.rollouts]
+    return {"format": FORMAT, "step": step, "config": config.model_dump(),
+            "invariants": [v.invariant for v in violations], "rollouts": rollouts, "estimator_lock": lock}
+
+
+def _write_new(folder: Path, stem: str, payload: dict[str, Any]) -> str:
+    """``torch.save`` into the first free ``stem[-N].pt`` of ``folder``, created private."""
+    for n in range(_MAX_SUFFIX):
+        path = folder / (f"{stem}.pt" if n == 0 else f"{stem}-{n}.pt")
+        try:
+            fd = create_private_file(path)
+        except FileExistsError:
+            continue
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(payload, f)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return str(path)
+    raise FileExistsError(f"{folder} already holds {_MAX_SUFFIX} files named {stem}*.pt")
+
+
+_MAX_SUFFIX = 100

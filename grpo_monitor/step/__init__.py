@@ -1,0 +1,11 @@
+"""What the monitor does with one step, in the order it happens (private to :mod:`grpo_monitor.monitor`).
+
+1. :mod:`.inputs`: the public boundary; a user's mistake raises here, before anything is guarded;
+2. :mod:`.accumulator`: device-side sums of each observe call, no host sync;
+3. :mod:`.sync` (over :mod:`.distributed`): one collective and one host copy into a frozen ``SyncedStep``;
+4. :mod:`.checks`: pure; the synced step's violations and the estimator judgement, as data;
+5. :mod:`.metrics`: pure; the synced step's metric values and its ``StepReport``;
+6. :mod:`.guard`: fail-open for the monitor's own faults around every public call.
+
+What crosses steps lives in :mod:`grpo_monitor.run`.
+"""
