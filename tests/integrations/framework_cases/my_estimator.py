@@ -13,10 +13,20 @@ import torch
 VARIANTS = ("healthy", "misaligned", "wrong_slice", "swapped_branch")
 
 
+def _std(x: torch.Tensor, dim=None) -> torch.Tensor:
+    """Bessel std over the non-NaN entries (TRL's nanstd)."""
+    keep = dim is not None
+    c = x - (x.nanmean(dim, keepdim=True) if keep else x.nanmean())
+    n = (~torch.isnan(x)).sum(dim, keepdim=True) if keep else (~torch.isnan(x)).sum()
+    return torch.sqrt(torch.nansum(c * c, dim, keepdim=True) / (n - 1).clamp(min=1)) if keep else \
+        torch.sqrt(torch.nansum(c * c) / (n - 1).clamp(min=1))
+
+
 def reference(rewards: torch.Tensor) -> torch.Tensor:
-    """tanh of the group z-score (Bessel + 1e-3): bounded, monotone, no registry entry."""
-    c = rewards - rewards.mean(1, keepdim=True)
-    return torch.tanh(c / (rewards.std(1, keepdim=True) + 1e-3))
+    """tanh of the group z-score (Bessel + 1e-3; NaN rows out of the statistics, advantage 0): bounded,
+    monotone, no registry entry."""
+    c = rewards - rewards.nanmean(1, keepdim=True)
+    return torch.nan_to_num(torch.tanh(c / (_std(rewards, 1) + 1e-3)), nan=0.0)
 
 
 def rows(scores: torch.Tensor, uid: np.ndarray, variant: str = "healthy", group_size: int = 4) -> torch.Tensor:
@@ -28,7 +38,7 @@ def rows(scores: torch.Tensor, uid: np.ndarray, variant: str = "healthy", group_
         idx = torch.from_numpy(np.flatnonzero(uid == u))
         r = scores[idx]
         if variant == "swapped_branch":  # the batch's std where the group's was meant
-            out[idx] = torch.tanh((r - r.mean()) / (scores.std() + 1e-3))
+            out[idx] = torch.nan_to_num(torch.tanh((r - r.nanmean()) / (_std(scores) + 1e-3)), nan=0.0)
         else:
             out[idx] = reference(r[None])[0]
     if variant == "misaligned":  # advantages of a shuffled copy handed back in the original order
