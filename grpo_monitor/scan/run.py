@@ -77,7 +77,9 @@ class ScanResult:
 def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: str | None) -> Any:
     """The ``MonitorConfig`` of a scan: the options given, else what the run declared, policy ``warn``.
 
-    ``estimator`` maps to ``std_convention`` (its validation words a bad name).
+    ``estimator`` maps to ``std_convention`` (its validation words a bad name): a registry name,
+    or ``MODULE:FUNCTION``, your own estimator (``rewards (B, G) -> advantages (B, G)``) declared under
+    that name.
     """
     from ..config import MonitorConfig
 
@@ -86,7 +88,7 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
     if size is not None:
         settings["group_size"] = size
     if estimator is not None:
-        settings["std_convention"] = estimator
+        settings["std_convention"] = _estimator(estimator)
     elif "std_convention" in declared:
         settings["std_convention"] = declared["std_convention"]
         settings["stabilizer"] = declared.get("stabilizer")
@@ -97,6 +99,19 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
         what = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in errors) or str(exc)
         option = "--estimator" if estimator is not None and "std_convention" in what else "--group-size"
         raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
+
+
+def _estimator(spec: str) -> str:
+    """A registry name as is; ``MODULE:FUNCTION`` loaded and declared (``estimators.custom``) under ``spec``."""
+    if ":" not in spec:
+        return spec
+    from ..audit.run import load_function
+    from ..estimators.custom import custom
+
+    try:
+        return custom(load_function(spec), name=spec).name
+    except (ValueError, TypeError, ImportError, SyntaxError) as exc:
+        raise ScanInputError(f"--estimator: {spec!r} could not be declared: {exc}") from exc
 
 
 def prepare_out(out: Path, overwrite: bool) -> None:
