@@ -54,7 +54,7 @@ def soak(args: argparse.Namespace, folder: str) -> dict[int, float]:
             if step % args.every == 0 or step == 1:
                 gc.collect()
                 rss[step] = proc.memory_info().rss / 2**20
-                print(f"step {step:>6}  rss {rss[step]:8.1f} MiB  history {len(mon._questions.history):>6} questions  "
+                print(f"step {step:>6}  rss {rss[step]:8.1f} MiB  history {mon.tracked_questions:>6} questions  "
                       f"largest table {table_rows:>4} rows  "
                       f"{(time.perf_counter() - start) / step * 1e3:6.2f} ms/step", flush=True)
     return rss
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as folder:
         rss = soak(args, folder)
-    base = min((s for s in rss if s >= 1_000), default=min(rss))
+    base = min((s for s in rss if s >= min(1_000, args.steps // 2)), default=min(rss))
     last = max(rss)
     growth = rss[last] - rss[base]
     print(f"RSS growth step {base:,} -> {last:,}: {growth:+.1f} MiB ({growth / rss[base] * 100:+.2f}%); "

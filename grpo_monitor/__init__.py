@@ -18,6 +18,7 @@ __version__ = "0.1.0"
 
 #: Public name -> submodule that defines it.
 _LAZY = {
+    "ESTIMATORS": "estimators.registry",
     "GRPOMonitor": "monitor",
     "INVARIANTS": "violations",
     "InvariantViolation": "violations",
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
+    from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport
     from .repro.replay import load_repro as load_repro

@@ -40,7 +40,7 @@ from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, Ro
 from .step.checks import breached_promises, rollout_findings, token_violations
 from .step.distributed import rank_and_world
 from .step.guard import Faults, fail_open, locked
-from .step.metrics import assemble_report, user_metrics, violation_metrics
+from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
 from .violations import InvariantViolation, Violation
 
@@ -164,7 +164,7 @@ class GRPOMonitor:
         ``grpo/adv/``, ... see ``catalog.metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours),
         values finite numbers; anything else raises ``InputValueError``/``InputTypeError``.
         """
-        self._extra.update(user_metrics(metrics))
+        self._extra.update(inputs.user_metrics(metrics))
 
     # -------------------------------------------------------------------- step
     @fail_open("end_step")
@@ -355,6 +355,11 @@ class GRPOMonitor:
 
     def __copy__(self) -> Any:
         return self.__reduce_ex__(None)
+
+    @property
+    def tracked_questions(self) -> int:
+        """Questions the per-question history holds now (at most ``config.history_cap``)."""
+        return len(self._run.questions.history)
 
     @property
     def violation_counts(self) -> dict[str, int]:

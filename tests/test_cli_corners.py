@@ -83,6 +83,7 @@ def test_every_public_name_is_importable_and_is_its_module_object():
     import grpo_monitor
     from grpo_monitor import config, monitor, report, violations
     from grpo_monitor.catalog import metrics
+    from grpo_monitor.estimators import ESTIMATORS
     from grpo_monitor.repro import replay as reproduce
 
     expected = {
@@ -90,6 +91,7 @@ def test_every_public_name_is_importable_and_is_its_module_object():
         "InvariantViolation": violations.InvariantViolation, "MonitorConfig": config.MonitorConfig,
         "StepReport": report.StepReport, "Tolerances": config.Tolerances, "Violation": violations.Violation,
         "load_repro": reproduce.load_repro, "replay": reproduce.replay, "METRICS": metrics.METRICS,
+        "ESTIMATORS": ESTIMATORS,
     }
     assert sorted(grpo_monitor.__all__) == sorted(expected)
     for name, obj in expected.items():

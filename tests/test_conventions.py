@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from grpo_monitor import InvariantViolation, MonitorConfig
-from grpo_monitor.estimators.classic_lock import ConventionTracker, fitting_conventions
+from grpo_monitor.estimators.classic import ConventionTracker, fitting_conventions
 from grpo_monitor.stats.conventions import CONVENTIONS
 from references import advantages
 

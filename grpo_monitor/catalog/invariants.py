@@ -39,6 +39,11 @@ class Invariant:
     tolerance: str | None  # field of Tolerances, or None when the check is exact
     severity: Severity
     expected: Callable[[MonitorConfig], str]
+    #: What an estimator promises when it promises this invariant (exact, for batches whose groups have
+    #: two or more scorable rows); None: every estimator must keep it (a universal invariant).
+    promise: str | None = None
+    #: A breach that explains an estimator misfit by itself: no ``convention`` finding is added on top.
+    root_cause: bool = False
 
     def __str__(self) -> str:
         return self.statement
@@ -60,11 +65,12 @@ def _convention(cfg: MonitorConfig) -> str:
 _RECORDS = (
     Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
               "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
-              "rollout", None, "error", lambda cfg: "finite advantages and finite-or-NaN rewards"),
+              "rollout", None, "error", lambda cfg: "finite advantages and finite-or-NaN rewards", root_cause=True),
     Invariant("unscorable_rows",
               "unscorable (NaN-reward) rows carry advantage 0 and stay out of their group's statistics",
               "unscorable (None/NaN) rewards were counted as 0 in the baseline or given a nonzero advantage",
-              "rollout", "unscorable", "error", _tol("unscorable", "|advantage| <= {:g} x typical on NaN-reward rows")),
+              "rollout", "unscorable", "error", _tol("unscorable", "|advantage| <= {:g} x typical on NaN-reward rows"),
+              promise="NaN-reward rows get advantage 0 and leave every other row's advantage unchanged"),
     Invariant("group_size", "every group has the declared size, and no group has a single row",
               "rows grouped with the wrong group size, or a contiguous view(-1, G) over interleaved rows",
               "rollout", None, "error", _group_size),
@@ -72,21 +78,26 @@ _RECORDS = (
               "statistics taken over the wrong axis (e.g. the prompt axis), unscorable rows counted in the "
               "mean, or per-row denominators (e.g. a leave-one-out std)",
               "rollout", "zero_group_mean", "error",
-              _tol("zero_group_mean", "|group mean| <= {:g} x typical |advantage|")),
+              _tol("zero_group_mean", "|group mean| <= {:g} x typical |advantage|"),
+              promise="in every group the advantages of the scorable rows average to 0", root_cause=True),
     Invariant("affine_in_rewards",
               "inside a group with variation, advantages are an increasing affine function of rewards",
               "rows misaligned after a shuffle, wrong grouping, a sign flip, or per-row denominators",
               "rollout", "affine_residual", "error",
-              _tol("affine_residual", "a = k (r - mean) with k > 0, rms residual <= {:g} x typical |advantage|")),
+              _tol("affine_residual", "a = k (r - mean) with k > 0, rms residual <= {:g} x typical |advantage|"),
+              promise="in every group with reward variation a_i = k_g (r_i - mean_g) + b_g with one k_g > 0 "
+              "and one b_g for all its scorable rows", root_cause=True),
     Invariant("degenerate_zero", "groups whose rewards are all equal carry (near-)zero advantage",
               "float32 rounding of a constant group's std with a tiny stabilizer, or an epsilon used as a floor",
               "rollout", "degenerate_ratio", "error",
-              _tol("degenerate_ratio", "|advantage| <= {:g} x typical |advantage| in all-equal groups")),
+              _tol("degenerate_ratio", "|advantage| <= {:g} x typical |advantage| in all-equal groups"),
+              promise="every row of a group whose scorable rewards are all equal gets advantage 0"),
     Invariant("one_nonzero_per_group", "with a pass@k estimator, at most one row per group has a nonzero advantage, "
               "and it is a best-rewarded row",
               "a pass@k estimator that credits every row, or the wrong row of the group",
               "replay", "zero_group_mean",
-              "error", _tol("zero_group_mean", "one row with |advantage| > {:g} x typical per group, a best one")),
+              "error", _tol("zero_group_mean", "one row with |advantage| > {:g} x typical per group, a best one"),
+              promise="at most one row per group has a nonzero advantage (pass@k)"),
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
               "or a stabilizer that changes", "steps", "convention", "error", _convention),
@@ -113,6 +124,13 @@ _RECORDS = (
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).
 INVARIANTS: dict[str, Invariant] = {inv.name: inv for inv in _RECORDS}
+
+#: What an estimator may promise of the invariants (the others every estimator must keep).
+PROMISED: dict[str, str] = {inv.name: inv.promise for inv in _RECORDS if inv.promise is not None}
+#: Rollout invariants an estimator may promise, checked by the device-side fit.
+DEVICE_PROMISES: tuple[str, ...] = tuple(i.name for i in _RECORDS if i.side == "rollout" and i.promise is not None)
+#: Breaches that explain an estimator misfit by themselves (no ``convention`` finding on top).
+ROOT_CAUSES: tuple[str, ...] = tuple(i.name for i in _RECORDS if i.root_cause)
 
 #: Invariants checked group by group on the rollout, in check order.
 GROUP_INVARIANTS: tuple[str, ...] = tuple(i.name for i in _RECORDS if i.side == "rollout")

@@ -52,7 +52,7 @@ def render_markdown() -> str:
     >>> render_markdown().splitlines()[2]
     '# Invariants and estimators'
     """
-    from ..estimators.judge import classic_of
+    from ..estimators.classic import classic_of
     from ..estimators.registry import ESTIMATORS
 
     rows = [f"| `{i.name}` | {_cell(i.statement)} | {f'`{i.tolerance}`' if i.tolerance else 'exact'} | "

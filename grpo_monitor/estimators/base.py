@@ -15,15 +15,14 @@ from typing import Any
 
 import numpy as np
 
-#: What an estimator may promise. Every promise is about batches in which each group has
-#: at least two scorable rows; groups with one scorable row follow ``Estimator.singleton``.
+from ..catalog.invariants import PROMISED
+
+#: What an estimator may promise: the invariants whose record carries a promise (one home:
+#: :mod:`grpo_monitor.catalog.invariants`), plus ``batch_zero_mean``, which only judges an estimator.
+#: Every promise is about batches in which each group has at least two scorable rows; groups with
+#: one scorable row follow ``Estimator.singleton``.
 PROMISES: dict[str, str] = {
-    "zero_group_mean": "in every group the advantages of the scorable rows average to 0",
-    "affine_in_rewards": "in every group with reward variation a_i = k_g (r_i - mean_g) + b_g with one k_g > 0 "
-    "and one b_g for all its scorable rows",
-    "degenerate_zero": "every row of a group whose scorable rewards are all equal gets advantage 0",
-    "unscorable_rows": "NaN-reward rows get advantage 0 and leave every other row's advantage unchanged",
-    "one_nonzero_per_group": "at most one row per group has a nonzero advantage (pass@k)",
+    **PROMISED,
     "batch_zero_mean": "the advantages of all scorable rows average to 0 over the batch (each row weighted by "
     "its token count when the estimator whitens tokens and lengths are given)",
 }

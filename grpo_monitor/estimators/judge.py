@@ -20,49 +20,19 @@ as the classic lock is.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from . import families
+from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
-from .classic_lock import ConventionFit, ConventionTracker
+from .classic import ConventionFit, ConventionTracker, classic_of
 from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 from .universal import UNIVERSAL, UNIVERSAL_PROMISES, universal_breach
-
-#: Promises the device-side checks can enforce, by invariant name.
-DEVICE_PROMISES = ("zero_group_mean", "affine_in_rewards", "degenerate_zero", "unscorable_rows")
-_AFFINE_STABILIZERS = ("add", "add_if_positive")
-
-
-def classic_of(est: Estimator) -> tuple[str, float | None] | None:
-    """The device-checkable convention and fixed stabilizer of ``est``, or None (replay it).
-
-    >>> classic_of(get("trl.group")), classic_of(get("verl.rloo")), classic_of(get("nemo_rl.grpo"))
-    (('bessel', 0.0001), ('leave_one_out', None), None)
-    """
-    if est.name in ("population", "bessel", "none", "leave_one_out", "batch"):
-        return est.name, None
-    ref = est.reference
-    if not isinstance(ref, functools.partial):
-        return None
-    if ref.func is families.leave_one_out:
-        return "leave_one_out", None
-    if ref.func is not families.centered:
-        return None
-    scale = ref.keywords.get("scale", "none")
-    if scale == "none":
-        return "none", None
-    if scale == "batch":
-        return "batch", None
-    if est.params.get("stabilizer", "add") not in _AFFINE_STABILIZERS:
-        return None
-    return ("population" if est.params.get("ddof", 0) == 0 else "bessel"), float(est.params.get("eps", 0.0))
 
 
 def replayable(est: Estimator, rows: Rows | None = None) -> bool:

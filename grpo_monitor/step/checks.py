@@ -20,18 +20,14 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from ..catalog.invariants import GROUP_INVARIANTS, INVARIANTS
+from ..catalog.invariants import DEVICE_PROMISES, GROUP_INVARIANTS, INVARIANTS, ROOT_CAUSES
 from ..config import MonitorConfig
-from ..estimators.judge import DEVICE_PROMISES, Judgement
+from ..estimators.judge import Judgement
 from ..stats.rollout import RolloutDetail
 from ..violations import Violation
 
 _MAX_GROUPS = 5
 _RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
-
-
-#: Breaches that explain an estimator misfit by themselves: no ``convention`` finding on top of them.
-ROOT_CAUSES = ("affine_in_rewards", "zero_group_mean", "finite")
 
 
 def breached_promises(rollout: dict[str, float]) -> frozenset[str]:

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.metrics import MONITOR_SECTIONS
 from ..report import StepReport
 from .accumulator import HostGroups
 
@@ -99,43 +98,6 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
     return out
 
-
-def user_metrics(metrics: object) -> dict[str, float]:
-    """``add_metrics``' argument checked: non-empty string keys outside the monitor's own
-    sections (``grpo/<section>/...`` for the sections in ``MONITOR_SECTIONS``), finite numbers.
-
-    >>> user_metrics({"grpo/trl/gap": 0.5, "custom/lr": 1})
-    {'grpo/trl/gap': 0.5, 'custom/lr': 1.0}
-    """
-    from .inputs import InputTypeError, InputValueError
-
-    if not isinstance(metrics, dict):
-        raise InputTypeError(f"metrics must be a dict of str -> float, but got {type(metrics).__name__}")
-    out = {}
-    for key, value in metrics.items():
-        if not isinstance(key, str) or not key.strip():
-            raise InputValueError(f"metrics keys must be non-empty strings, but got {key!r}")
-        parts = key.split("/")
-        if parts[0] == "grpo" and len(parts) > 1 and parts[1] in MONITOR_SECTIONS:
-            raise InputValueError(
-                f"metrics key {key!r} is in the monitor's own section 'grpo/{parts[1]}/'; "
-                "use your own prefix (e.g. 'grpo/user/...' or 'custom/...')")
-        out[key] = _finite(key, value)
-    return out
-
-
-def _finite(key: str, value: object) -> float:
-    from .inputs import InputTypeError, InputValueError
-
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except Exception:  # noqa: BLE001 - whatever float() refuses (a list, a multi-element tensor)
-        raise InputTypeError(f"metrics[{key!r}] must be a finite number, but got {type(value).__name__} "
-                             f"{value!r:.40}") from None
-    if isinstance(value, (str, bytes)) or not math.isfinite(number):
-        kind = InputTypeError if isinstance(value, (str, bytes)) else InputValueError
-        raise kind(f"metrics[{key!r}] must be a finite number, but got {value!r:.40}")
-    return number
 
 def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
                     tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,

@@ -15,7 +15,7 @@ import grpo_monitor.monitor as monitor_module
 import grpo_monitor.step.sync as sync_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
-from grpo_monitor.estimators.classic_lock import ConventionTracker
+from grpo_monitor.estimators.classic import ConventionTracker
 from grpo_monitor.run.history import QuestionHistory
 from references import advantages
 

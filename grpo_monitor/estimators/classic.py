@@ -1,16 +1,53 @@
-"""The classic conventions' lock: which of population, bessel, none, leave_one_out, batch the data follow (host side).
+"""The five classic estimators (population, bessel, none, leave_one_out, batch), host side: their one home.
 
-Used by :mod:`grpo_monitor.estimators.judge` for the estimators the device-side affine fit decides.
+Which registry entries the device-side affine fit decides (:func:`classic_of`), and the lock
+across steps of which classic estimator the data follow (:class:`ConventionTracker`). The
+device-side arithmetic they share (the stabilizer residuals of each) is the pure tensor
+function :mod:`grpo_monitor.stats.conventions`, which also holds their names, in order.
+Used by :mod:`grpo_monitor.estimators.judge`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ..config import MonitorConfig
 from ..stats.conventions import CONVENTIONS
+from . import families
+from .base import Estimator
 
 _PINNED = ("none", "leave_one_out")  # conventions with no free stabilizer
+
+
+_AFFINE_STABILIZERS = ("add", "add_if_positive")
+
+
+def classic_of(est: Estimator) -> tuple[str, float | None] | None:
+    """The device-checkable convention and fixed stabilizer of ``est``, or None (replay it).
+
+    >>> from grpo_monitor.estimators import get
+    >>> classic_of(get("trl.group")), classic_of(get("verl.rloo")), classic_of(get("nemo_rl.grpo"))
+    (('bessel', 0.0001), ('leave_one_out', None), None)
+    """
+    if est.name in CONVENTIONS:
+        return est.name, None
+    ref = est.reference
+    if not isinstance(ref, functools.partial):
+        return None
+    if ref.func is families.leave_one_out:
+        return "leave_one_out", None
+    if ref.func is not families.centered:
+        return None
+    scale = ref.keywords.get("scale", "none")
+    if scale == "none":
+        return "none", None
+    if scale == "batch":
+        return "batch", None
+    if est.params.get("stabilizer", "add") not in _AFFINE_STABILIZERS:
+        return None
+    return ("population" if est.params.get("ddof", 0) == 0 else "bessel"), float(est.params.get("eps", 0.0))
+
 
 
 @dataclasses.dataclass
