@@ -32,7 +32,7 @@ from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
-from .universal import UNIVERSAL, UNIVERSAL_PROMISES, universal_breach
+from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
 def replayable(est: Estimator, rows: Rows | None = None) -> bool:
@@ -100,7 +100,7 @@ class EstimatorJudge:
             return None
         if fit.fitting and fit.name != "batch" and not (breached & set(DEVICE_PROMISES)):
             return self._hold(self._from_device(fit, None), fit.fitting)
-        return self._auto_replay(records, fit)
+        return self._auto_replay(records, fit, breached)
 
     # ----------------------------------------------------------------- device
     def _from_device(self, fit: ConventionFit | None, est: Estimator | None) -> Judgement | None:
@@ -145,7 +145,8 @@ class EstimatorJudge:
                         f"{est.name} ({est.description})")
         return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups)
 
-    def _auto_replay(self, records: Sequence[Any], fit: ConventionFit) -> Judgement | None:
+    def _auto_replay(self, records: Sequence[Any], fit: ConventionFit, breached: frozenset[str] = frozenset()
+                     ) -> Judgement | None:
         rows = host_rows(records)
         if not rows.replayable:
             return self._from_device(fit, None)
@@ -159,15 +160,19 @@ class EstimatorJudge:
             return self._hold(Judgement(found[0], None, ESTIMATORS[found[0]].promises), found)
         if fit.fitting:  # nothing in the registry either: the device's verdict stands
             return self._hold(self._from_device(fit, None), fit.fitting)
-        return self._unknown(rows, every, fit)
+        return self._unknown(rows, every, fit, breached)
 
-    def _unknown(self, rows: Rows, names: Sequence[str], fit: ConventionFit) -> Judgement | None:
-        """No entry fits: an ``unknown_estimator`` warning when the universal invariants hold, else the error."""
+    def _unknown(self, rows: Rows, names: Sequence[str], fit: ConventionFit, breached: frozenset[str]
+                 ) -> Judgement | None:
+        """No entry fits: an ``unknown_estimator`` warning when the universal invariants hold, else the error
+        (every device check counts then, as when nothing is known)."""
         tol = self.config.tolerances
         a = rows.advantages
         assert a is not None, "replayed rows have advantages (Rows.replayable)"
         breach = universal_breach(rows.rewards, rows.gid, a, monotone_tol=tol.affine_residual,
                                   constant_tol=tol.degenerate_error)
+        if breach is None and breached & UNIVERSAL_PROMISES:
+            breach = Breach("NaN-reward rows carry nonzero advantages", ())
         if breach is not None:
             j = self._from_device(fit, None)
             assert j is not None, "fit is not None"
