@@ -97,6 +97,11 @@ class MonitorConfig(BaseModel):
     sink_stall_timeout: float = Field(
         30.0, gt=0, description="seconds one sink call may run before the sink counts as blocked"
     )
+    sink_when_full: Literal["drop", "block"] = Field(
+        "drop", description="what a background sink's full queue does to a new report: 'drop' it (counted in "
+        "grpo/monitor/dropped_reports, warned) so training never waits, or 'block' until there is room "
+        "(backpressure, for offline runs such as the demo and scan; a sink hung past sink_stall_timeout still drops)"
+    )
     sink_flush_timeout: float = Field(
         20.0, gt=0, description="seconds close() waits in all for background sinks to drain"
     )

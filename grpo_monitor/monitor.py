@@ -25,10 +25,10 @@ from typing import Any
 
 import torch
 
-from .catalog.metrics import DISABLED_PARTS_KEY
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
+from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink
 from .sinks.dispatch import SinkSet
@@ -65,7 +65,8 @@ class GRPOMonitor:
         self.rank, self.world = rank_and_world()
         cfg = self.config
         self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
-                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout)
+                             stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout,
+                             when_full=cfg.sink_when_full)
         self.step = 0
         self.closed = False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
@@ -75,6 +76,7 @@ class GRPOMonitor:
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
+        self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
@@ -270,12 +272,14 @@ class GRPOMonitor:
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         return report
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
         self.sinks.emit(report)
+        self._steps_ended += 1
+        self._guard.retried.clear()
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}
@@ -288,7 +292,7 @@ class GRPOMonitor:
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part``, drop its data; announce it once when it is switched off."""
+        """Log an internal fault of ``part``, drop its data; announce it once when it is off for the run."""
         if self._guard.record(part, self.step):
             self._guard.announce(part, self.step, self.sinks)
         self._drop(part)
@@ -309,7 +313,7 @@ class GRPOMonitor:
         if part != "end_step":
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        report.metrics[DISABLED_PARTS_KEY] = float(len(self._guard.disabled))
+        report.metrics.update(self._guard.health(self.sinks.dropped()))
         self._emit(report)
         return report
 
@@ -321,7 +325,23 @@ class GRPOMonitor:
         (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
         """
         with self._lock:
+            if not self.closed and self._unfinished():
+                self._end_unfinished()
             self._close(failed=False)
+
+    def _unfinished(self) -> bool:
+        """Whether the current step holds observed data that no ``end_step`` has reported yet."""
+        acc = self._acc
+        return bool(acc.rollouts or acc.generations or acc.tokens is not None or self._extra)
+
+    def _end_unfinished(self) -> None:
+        """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""
+        text = f"grpo-monitor: close() ended step {self.step}, which had data observed but no end_step()"
+        if not self._steps_ended:
+            text += ("; end_step() was never called on this monitor: call it once per training step (the "
+                     "integrations do), else nothing reaches the sinks until close()")
+        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        self.end_step()
 
     def _close(self, failed: bool) -> None:
         if self.closed:
@@ -341,7 +361,13 @@ class GRPOMonitor:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         with self._lock:
-            self._close(failed=exc_type is not None)
+            if exc_type is None:
+                self.close()
+                return
+            if not self.closed and self._unfinished():
+                warnings.warn(f"grpo-monitor: step {self.step} was observed but not ended when the with-block "
+                              f"raised {exc_type.__name__}; its data is not reported", RuntimeWarning, stacklevel=2)
+            self._close(failed=True)
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         raise TypeError(
@@ -375,11 +401,18 @@ class GRPOMonitor:
         with self._lock:
             return {"step": self.step, **self._run.state_dict()}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would."""
+    def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
+        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
+
+        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`);
+        a state of another declared group size or estimator is refused unless ``allow_config_change``.
+        """
         with self._lock:
-            self._run.load_state_dict(state)
-            self.step = int(state["step"])
+            saved = validate_state(state)
+            check_config(saved, self.config, allow_config_change)
+            run = RunState(self.config)
+            run.load_state_dict(saved.model_dump())
+            self._run, self.step = run, saved.step
 
 
 def _is_rank_zero() -> bool:

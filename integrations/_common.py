@@ -22,8 +22,10 @@ class FailOpen:
     exception is a fault of the monitor part ``"<name> integration"``, kept by the
     monitor's own fail-open bookkeeping (:class:`grpo_monitor.step.guard.Faults`): logged once
     with its traceback, warned, and the integration is switched off for the rest of the
-    run. Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
-    ``grpo/monitor/disabled_parts`` and as one alert through every sink. With
+    step, retried on the next (off for the run after ``PART_FAULTS`` faults in a row).
+    Like the monitor's own parts, that shows in ``monitor.disabled_parts``, in
+    ``grpo/monitor/disabled_parts``, ``grpo/monitor/retried_parts`` and, when it is off
+    for the run, as one alert through every sink. With
     ``monitor.config.strict`` the exception is re-raised instead (for tests).
     """
 
@@ -34,8 +36,10 @@ class FailOpen:
 
     @property
     def disabled(self) -> bool:
-        """Whether a fault switched the integration off (it then does nothing)."""
-        return self.part in self.monitor._guard.disabled
+        """Whether a fault switched the integration off (it then does nothing); a fault on an
+        earlier step is retried here, on the first call of a later step."""
+        guard = self.monitor._guard
+        return self.part in guard.disabled and not guard.retry(self.part, self.monitor.step)
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.disabled:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_monitor import GRPOMonitor, load_repro
+from grpo_monitor import GRPOMonitor, MonitorConfig, load_repro
 from grpo_monitor.cli import main
 from grpo_monitor.demo import BUGS, DemoConfig, DemoTrainer, run_demo
 from grpo_monitor.demo.run import monitor_config
@@ -236,6 +236,6 @@ def test_custom_loop_example(tmp_path):
     assert sum(reward[-20:]) / 20 > sum(reward[:20]) / 20 + 0.2
     assert records[-1]["metrics"]["grpo/ratio/clip_frac"] > 0  # the second inner epoch moves the ratio
     state = torch.load(tmp_path / "runs" / "custom_loop" / "checkpoint.pt", weights_only=False)["monitor"]
-    fresh = GRPOMonitor(monitor_config(DemoConfig(), tmp_path))
-    fresh.load_state_dict(state)
+    fresh = GRPOMonitor(MonitorConfig(group_size=state["config"]["group_size"], std_convention="bessel"))
+    fresh.load_state_dict(state)  # the run's own declared estimator: taken (another one is refused by default)
     assert fresh.step == len(records)

@@ -28,6 +28,10 @@ from .invariants import INVARIANTS
 STEP_KEY = "grpo/step"
 #: The monitor's own health: how many of its parts are switched off by an internal fault.
 DISABLED_PARTS_KEY = "grpo/monitor/disabled_parts"
+#: Parts switched off by a fault on the step before and tried again on this one (absent: none).
+RETRIED_PARTS_KEY = "grpo/monitor/retried_parts"
+#: Reports the background sinks dropped so far in this process (absent: none), so a log says what a dashboard lacks.
+DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -302,6 +306,14 @@ def _monitor_and_integrations() -> list[Metric]:
         _m(DISABLED_PARTS_KEY, "parts", "host-side count of this process", "last", "Parts of the "
            "monitor switched off by an internal fault (fail-open); above 0 some checks no longer run.",
            section="Monitor", source="end_step"),
+        _m(RETRIED_PARTS_KEY, "parts", "host-side count of this process", "sum", "Parts switched off by an "
+           "internal fault on an earlier step and tried again on this one (absent: none); a part faulting on "
+           "3 steps in a row stays off.", only_when="a part is tried again after a fault", section="Monitor",
+           source="end_step"),
+        _m(DROPPED_REPORTS_KEY, "reports", "host-side count of this process, over the run so far", "last",
+           "Step reports a blocked background sink (W&B, TensorBoard, console) dropped so far (absent: none); "
+           "those steps are missing from that sink, not from the JSONL log.",
+           only_when="a background sink dropped a report", section="Monitor", source="end_step"),
         _m("grpo/trl/frac_reward_zero_std", "fraction", "TRL's own value, averaged over the step's rollouts",
            "mean", "TRL's frac_reward_zero_std of the step.", **trl),
         _m("grpo/trl/frac_reward_zero_std_gap", "fraction", "exact degenerate rate minus TRL's, per step", "mean",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .bugs import BUGS
-from .run import DemoResult
+from .run import LOG_NAME, DemoResult
 
 
 def degenerate_check(counts: Sequence[float], ps: Sequence[Sequence[float]], G: int) -> tuple[float, float, float]:
@@ -105,9 +105,21 @@ def summary_text(result: DemoResult) -> str:
     ]
     lines += [_row(*row) for row in rows if any(math.isfinite(v) for v in row[1])]
     lines += _verdict(result)
+    lines += dropped_lines(result)
     lines.append("Outputs:")
     lines += [f"  {name:<12}{path}" for name, path in listed_outputs(result).items()]
     return "\n".join(lines)
+
+
+def dropped_lines(result: DemoResult) -> list[str]:
+    """A warning when a background sink dropped reports (its copy of the run lacks steps), else nothing."""
+    from ..catalog.metrics import DROPPED_REPORTS_KEY
+
+    dropped = max((r.metrics.get(DROPPED_REPORTS_KEY, 0.0) for r in result.reports), default=0.0)
+    if not dropped:
+        return []
+    return [f"Warning: a blocked background sink (W&B, TensorBoard) dropped {dropped:.0f} step reports; those "
+            f"steps are missing there. {LOG_NAME} and the report hold every step."]
 
 
 def listed_outputs(result: DemoResult) -> dict[str, str]:
@@ -150,6 +162,7 @@ def failure_text(result: DemoResult) -> str:
     for path in paths:
         lines += ["", f"Repro file: {path}",
                   f"  replay it: python -c \"import grpo_monitor; print(grpo_monitor.replay({path!r}).violations)\""]
+    lines += ["", *dropped_lines(result)] if dropped_lines(result) else []
     if "report" in result.outputs:
         lines += ["", f"Report: {result.outputs['report']}", f"Plots:  {listed_outputs(result)['plots']}"]
     return "\n".join(lines)

@@ -125,7 +125,21 @@ def where_block(run: RunData) -> str:
     items = [f"<li><b>{_esc(loc.kind)}</b>: <code>{_esc(loc.path)}</code>"
              f"<br><span class=meta>{_esc(loc.how)}</span></li>"
              for loc in where_else(run.path)]
-    return f'<ul class="where" id="where">{"".join(items)}</ul>'
+    return f'{dropped_note(run)}<ul class="where" id="where">{"".join(items)}</ul>'
+
+
+def dropped_note(run: RunData) -> str:
+    """A warning when a background sink dropped reports: the W&B/TensorBoard copies lack those steps."""
+    from ..catalog.metrics import DROPPED_REPORTS_KEY
+
+    series = run.series(DROPPED_REPORTS_KEY) if run.has(DROPPED_REPORTS_KEY) else None
+    finite = series[np.isfinite(series)] if series is not None else np.empty(0)
+    if not len(finite) or finite.max() <= 0:
+        return ""
+    return (f'<p class=warn id="dropped"><b>{plural(int(finite.max()), "step report")} dropped</b> by a blocked '
+            "background sink (W&amp;B, TensorBoard or the console) while this run logged: those steps are missing "
+            "there. This report and the JSONL log hold every step "
+            f"(<code>{DROPPED_REPORTS_KEY}</code>).</p>")
 
 
 def violations_table(run: RunData, limit: int = 50) -> str:

@@ -85,7 +85,10 @@ class RunState:
 
     def state_dict(self) -> dict[str, Any]:
         """Plain Python values only (numpy/torch ids converted): JSON and ``weights_only`` friendly."""
+        cfg = self.config
         return plain_state({
+            "config": {"group_size": cfg.group_size, "std_convention": cfg.std_convention,
+                       "stabilizer": cfg.stabilizer},
             "conventions": self.estimator.state_dict(),
             "questions": self.questions.state_dict(),
             "counts": dict(self.counts),
@@ -93,7 +96,16 @@ class RunState:
         })
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.estimator.load_state_dict(state["conventions"])
-        self.questions.load_state_dict(state["questions"])
+        """Restore :meth:`state_dict` (validated first by :func:`validate_state`, so nothing here can fail
+        half-way). The history keeps this config's limits: ``history_cap`` (the newest questions kept),
+        ``stuck_after``, ``success_halflife``. A state of another estimator leaves the lock fresh."""
+        saved = state.get("config") or {}
+        if saved.get("std_convention", self.config.std_convention) == self.config.std_convention:
+            self.estimator.load_state_dict(state["conventions"])
+        questions = dict(state["questions"])
+        cfg = self.config
+        questions.update(cap=cfg.history_cap, stuck_after=cfg.stuck_after, halflife=cfg.success_halflife,
+                         questions=list(questions["questions"])[-cfg.history_cap:])
+        self.questions.load_state_dict(questions)
         self.counts = Counter(state.get("counts", {}))
         self.totals = dict(state.get("totals", {}))

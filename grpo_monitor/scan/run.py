@@ -83,7 +83,7 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
     """
     from ..config import MonitorConfig
 
-    settings: dict[str, Any] = {"on_violation": "warn"}
+    settings: dict[str, Any] = {"on_violation": "warn", "sink_when_full": "block"}  # nothing waits: no drops
     size = group_size if group_size is not None else declared.get("group_size")
     if size is not None:
         settings["group_size"] = size

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import atexit
 import collections
+import os
+import threading
 import time
 import warnings
 import weakref
@@ -13,7 +15,10 @@ from ..report import StepReport
 from .base import Sink
 from .worker import Job, SinkHealth, SinkWorker, run_job
 
-__all__ = ["SinkHealth", "SinkSet", "SinkWarning"]
+__all__ = ["WHEN_FULL", "SinkHealth", "SinkSet", "SinkWarning"]
+
+#: What a background sink's full queue does to a new report: drop it (counted, warned) or wait for room.
+WHEN_FULL = ("drop", "block")
 
 
 class SinkWarning(RuntimeWarning):
@@ -61,33 +66,57 @@ class SinkSet:
         queue_size: int = 100,
         stall_timeout: float = 30.0,
         flush_timeout: float = 20.0,
+        when_full: str = "drop",
     ):
         _check_int("max_failures", max_failures)
         _check_int("queue_size", queue_size)
         _check_seconds("stall_timeout", stall_timeout)
         _check_seconds("flush_timeout", flush_timeout)
+        if when_full not in WHEN_FULL:
+            raise ValueError(f"Expected argument `when_full` to be one of {', '.join(WHEN_FULL)} but got {when_full!r}")
         self.sinks = list(sinks)
         self.is_main_process = is_main_process
         self.max_failures = max_failures
         self.queue_size = queue_size
         self.stall_timeout = float(stall_timeout)
         self.flush_timeout = float(flush_timeout)
-        self.health: dict[int, SinkHealth] = {id(s): SinkHealth() for s in self.sinks}
-        self._workers: dict[int, SinkWorker] = {}
+        self.when_full = when_full
         self._messages: collections.deque[str] = collections.deque()
+        self.health: dict[int, SinkHealth] = {id(s): self._read_attributes(s) for s in self.sinks}
+        self._workers: dict[int, SinkWorker] = {}
+        self._pid = os.getpid()
+        self._report()  # a sink attribute that raised is warned about here, at construction
 
     # ------------------------------------------------------------------ views
+    def _read_attributes(self, sink: Sink) -> SinkHealth:
+        """A sink's ``name``, ``synchronous`` and ``main_process_only``, read once; a raising one gets its default."""
+        health = SinkHealth(name=type(sink).__name__)
+        for attribute, cast in (("name", str), ("synchronous", bool), ("main_process_only", bool)):
+            try:
+                setattr(health, attribute, cast(getattr(sink, attribute, getattr(health, attribute))))
+            except Exception as exc:  # noqa: BLE001 - a broken sink attribute must never reach training
+                self._note(f"sink {type(sink).__name__} (named {health.name!r}): reading its `{attribute}` raised "
+                           f"{exc!r}; using {getattr(health, attribute)!r} for it")
+        return health
+
     def _main(self) -> bool:
         main = self.is_main_process
         return bool(main() if callable(main) else main)
 
     def _active(self) -> list[Sink]:
         main = self._main()
-        return [s for s in self.sinks if main or not s.main_process_only]
+        return [s for s in self.sinks if main or not self.health_of(s).main_process_only]
+
+    def dropped(self) -> int:
+        """Reports dropped so far by every sink (blocked background sinks), 0 on a healthy run."""
+        return sum(h.dropped for h in self.health.values())
 
     def health_of(self, sink: Sink) -> SinkHealth:
-        """The bookkeeping (failures, dropped reports) of ``sink`` (one of :attr:`sinks`)."""
-        return self.health.setdefault(id(sink), SinkHealth())
+        """The bookkeeping (attributes, failures, dropped reports) of ``sink`` (one of :attr:`sinks`)."""
+        health = self.health.get(id(sink))
+        if health is None:
+            health = self.health[id(sink)] = self._read_attributes(sink)
+        return health
 
     # ------------------------------------------------------------------ calls
     def emit(self, report: StepReport) -> None:
@@ -107,6 +136,7 @@ class SinkSet:
         deadline = time.monotonic() + self.flush_timeout
         self._dispatch(Job.for_finish(failed), report=False)
         self._wait(deadline, warn=True)
+        self._note_dropped()
         self._report()
         _stop_all(self._workers)
         self._workers.clear()  # a later emit starts fresh threads
@@ -123,21 +153,34 @@ class SinkSet:
         health = self.health_of(sink)
         if health.disabled and job.kind != "finish":
             return
-        if getattr(sink, "synchronous", False):
+        if health.synchronous:
             self._note(run_job(sink, health, job, self.max_failures))
             return
         worker = self._worker(sink)
+        if job.kind == "report":
+            health.offered += 1
+        if not job.urgent and self.when_full == "block":  # backpressure: wait for room unless the sink hangs
+            worker.wait_for_space(self.queue_size, lambda: worker.busy_for() > self.stall_timeout)
         blocked = None if job.urgent else self._blocked(worker)
         if blocked is None:
             worker.put(job)
             return
-        health.dropped += 1
+        health.drop(job.step)
         if not health.blocked_warned:
             health.blocked_warned = True
             self._note(
-                f"sink {sink.name!r} is blocked ({blocked}); {job.what} and later reports are "
+                f"sink {health.name!r} is blocked ({blocked}); {job.what} and later reports are "
                 f"dropped while it stays blocked (counted in its health), training does not wait for it"
             )
+
+    def _note_dropped(self) -> None:
+        """At finish: say, per sink, how many reports it dropped and which steps it lacks."""
+        for health in self.health.values():
+            if health.dropped:
+                first, last = health.dropped_steps or (None, None)
+                steps = f" (between steps {first} and {last})" if first is not None else ""
+                self._note(f"sink {health.name!r} dropped {health.dropped} of {health.offered} reports while it "
+                           f"was blocked{steps}; those steps are missing from it (the JSONL log, if any, has them)")
 
     def _blocked(self, worker: SinkWorker) -> str | None:
         """Why ``worker`` takes no more reports now, or None."""
@@ -149,6 +192,8 @@ class SinkSet:
         return None
 
     def _worker(self, sink: Sink) -> SinkWorker:
+        if self._pid != os.getpid():  # a forked child: the parent's threads do not exist here
+            self._restart_after_fork()
         worker = self._workers.get(id(sink))
         if worker is None:
             worker = SinkWorker(sink, self.health_of(sink), self.max_failures, self._messages)
@@ -156,6 +201,12 @@ class SinkSet:
                 _watch(self)
             self._workers[id(sink)] = worker
         return worker
+
+    def _restart_after_fork(self) -> None:
+        """In a forked child: forget the parent's workers (their threads and queued reports stay the parent's);
+        the next report starts fresh threads here."""
+        self._pid = os.getpid()
+        self._workers.clear()
 
     # ---------------------------------------------------------------- waiting
     def _drain(self, timeout: float, warn: bool) -> bool:
@@ -165,6 +216,8 @@ class SinkSet:
 
     def _wait(self, deadline: float, warn: bool) -> bool:
         """Wait for every worker until ``deadline``; note the ones that did not drain."""
+        if self._pid != os.getpid():  # a forked child never waits on the parent's threads
+            self._restart_after_fork()
         drained = True
         for worker in list(self._workers.values()):
             if worker.wait_idle(deadline - time.monotonic()):
@@ -172,7 +225,7 @@ class SinkSet:
             drained = False
             if warn:
                 self._note(
-                    f"sink {worker.sink.name!r} did not drain within flush_timeout={self.flush_timeout:g} s "
+                    f"sink {worker.health.name!r} did not drain within flush_timeout={self.flush_timeout:g} s "
                     f"({worker.pending()} calls abandoned, the current one running for "
                     f"{worker.busy_for():.1f} s); not waiting for it"
                 )
@@ -214,7 +267,11 @@ def _watch(sinkset: SinkSet) -> None:
     weakref.finalize(sinkset, _stop_all, sinkset._workers).atexit = False  # the dict, never rebound
     if not _HOOKED:
         _HOOKED = True
-        atexit.register(_flush_at_exit)
+        # Before the atexit hooks (threading's shutdown runs first): W&B's own hook tears its service down.
+        try:
+            threading._register_atexit(_flush_at_exit)  # type: ignore[attr-defined]
+        except (AttributeError, RuntimeError):  # another Python, or already shutting down
+            atexit.register(_flush_at_exit)
 
 
 def _stop_all(workers: dict[int, SinkWorker]) -> None:
@@ -223,6 +280,8 @@ def _stop_all(workers: dict[int, SinkWorker]) -> None:
 
 
 def _flush_at_exit() -> None:
-    """Deliver what is still queued before the interpreter exits, each SinkSet within its flush_timeout."""
+    """At interpreter exit, before the atexit hooks: each SinkSet with background sinks never finished is
+    finished (queued reports delivered, then ``finish``), within its flush_timeout."""
     for sinkset in list(_LIVE):
-        sinkset._drain(sinkset.flush_timeout, warn=True)
+        if sinkset._workers and sinkset._pid == os.getpid():
+            sinkset.finish(failed=False)

@@ -27,6 +27,9 @@ class SinkHealth:
     call running past the stall timeout); ``blocked_warned`` says that was warned about.
     """
 
+    name: str = "sink"  # the sink's attributes, read once (guarded) when the SinkSet is built
+    synchronous: bool = False
+    main_process_only: bool = True
     consecutive_failures: int = 0
     total_failures: int = 0
     skip_left: int = 0
@@ -35,6 +38,15 @@ class SinkHealth:
     last_error: BaseException | None = None
     dropped: int = 0
     blocked_warned: bool = False
+    offered: int = 0  # reports handed to this sink (delivered or dropped)
+    dropped_steps: tuple[int, int] | None = None  # the first and last step dropped
+
+    def drop(self, step: int | None) -> None:
+        """Count one report not handed to the blocked sink (``step``: its step, None for an alert)."""
+        self.dropped += 1
+        if step is not None:
+            first = self.dropped_steps[0] if self.dropped_steps else step
+            self.dropped_steps = (first, step)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +57,7 @@ class Job:
     what: str
     call: Callable[[Sink], Any]
     failed: bool = False
+    step: int | None = None
 
     @property
     def urgent(self) -> bool:
@@ -54,7 +67,8 @@ class Job:
     @classmethod
     def for_report(cls, report: StepReport) -> Job:
         """``log_report(report)``; urgent when the report ends a failed run."""
-        return cls("report", f"step {report.step}", lambda sink: sink.log_report(report), bool(report.failed))
+        return cls("report", f"step {report.step}", lambda sink: sink.log_report(report), bool(report.failed),
+                   report.step)
 
     @classmethod
     def for_alert(cls, title: str, text: str, level: str) -> Job:
@@ -73,7 +87,7 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
         try:
             job.call(sink)
         except Exception as exc:  # noqa: BLE001 - a sink must never stop training
-            return f"sink {sink.name!r} failed to finish: {exc!r}"
+            return f"sink {health.name!r} failed to finish: {exc!r}"
         return None
     if health.disabled:
         return None
@@ -85,8 +99,8 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
     except Exception as exc:  # noqa: BLE001 - a sink must never stop training
         return record_failure(sink, health, exc, job.what, max_failures)
     lost, health.consecutive_failures, health.skip_left = health.consecutive_failures, 0, 0
-    if lost and getattr(sink, "synchronous", False):
-        return f"sink {sink.name!r} recovered at {job.what} after {lost} failed writes (those records are lost)"
+    if lost and health.synchronous:
+        return f"sink {health.name!r} recovered at {job.what} after {lost} failed writes (those records are lost)"
     return None
 
 
@@ -96,11 +110,11 @@ def record_failure(sink: Sink, health: SinkHealth, exc: Exception, what: str, ma
     health.total_failures += 1
     health.last_error = exc
     streak = health.consecutive_failures
-    durable = bool(getattr(sink, "synchronous", False))  # never disabled: each step is retried
+    durable = health.synchronous  # never disabled: each step is retried
     if streak >= max_failures and not durable:
         health.disabled = True
         return (
-            f"sink {sink.name!r} disabled after {streak} consecutive failures "
+            f"sink {health.name!r} disabled after {streak} consecutive failures "
             f"(last at {what}: {exc!r}); its output stops here"
         )
     if not durable:
@@ -110,7 +124,7 @@ def record_failure(sink: Sink, health: SinkHealth, exc: Exception, what: str, ma
     health.warned = True
     retry = ("on every step and never disabled (a durable sink)" if durable
              else f"with backoff (1, 2, 4, ... steps) and disabled after {max_failures} consecutive failures")
-    return f"sink {sink.name!r} failed at {what}: {exc!r}; training continues, the sink is retried {retry}"
+    return f"sink {health.name!r} failed at {what}: {exc!r}; training continues, the sink is retried {retry}"
 
 
 _STOP = Job("stop", "stop", lambda sink: None)
@@ -154,7 +168,7 @@ class SinkWorker:
             self._pending += 1
             self._cond.notify_all()
         if self._thread is None:
-            name = f"grpo-monitor-sink-{self.sink.name}"
+            name = f"grpo-monitor-sink-{self.health.name}"
             self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
             self._thread.start()
 
@@ -162,6 +176,15 @@ class SinkWorker:
         """Wait up to ``timeout`` seconds until every queued job is done; whether it is."""
         with self._cond:
             return self._cond.wait_for(lambda: self._pending == 0, max(0.0, timeout))
+
+    def wait_for_space(self, size: int, stalled: Callable[[], bool]) -> bool:
+        """Wait until fewer than ``size`` jobs are queued; False (at once) while ``stalled()`` says the sink hangs."""
+        with self._cond:
+            while len(self._jobs) >= size:
+                if stalled():
+                    return False
+                self._cond.wait(0.05)
+        return True
 
     def stop(self) -> None:
         """End the thread once the jobs queued before this call are done."""
@@ -181,7 +204,7 @@ class SinkWorker:
             try:
                 text = run_job(self.sink, self.health, job, self.max_failures)
             except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from a sink: keep serving
-                text = f"sink {self.sink.name!r} raised {exc!r} at {job.what}"
+                text = f"sink {self.health.name!r} raised {exc!r} at {job.what}"
             finally:
                 self._busy_since = None
             if text:

@@ -24,12 +24,16 @@ from typing import Any, Protocol, TypeVar
 
 import torch
 
+from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from ..violations import InvariantViolation
+from .calls import check_call
 from .inputs import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 log = logging.getLogger("grpo_monitor")
-STEP_FAULTS = 3  # end_step failures in a row before it is switched off
+#: Faults in a row (on consecutive tries, one try per step) before a part stays off for the run.
+PART_FAULTS = 3
+STEP_FAULTS = PART_FAULTS  # end_step failures in a row before it is switched off (its old name)
 #: Parts whose switch-off turns invariant checks off (the others only lose metrics); an
 #: integration's part (:func:`integration_part`) too, as it feeds the checked calls.
 CHECKING_PARTS = ("rollout", "loss", "end_step")
@@ -49,6 +53,7 @@ class Guarded(Protocol):
     """What the guard needs of the monitor it guards (:class:`~grpo_monitor.monitor.GRPOMonitor`)."""
 
     closed: bool
+    step: int
     _closed_by: str | None
     _lock: Any
     _guard: Faults
@@ -94,6 +99,7 @@ def locked(fn: F) -> F:
     def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
         with self._lock:
             ensure_open(self, fn.__name__)
+            check_call(fn, (self, *args), kwargs)
             return fn(self, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
@@ -111,7 +117,9 @@ def fail_open(part: str) -> Callable[[F], F]:
         def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
             with _lock_unless_tracing(self):
                 ensure_open(self, fn.__name__)
-                if part in self._guard.disabled:
+                if not torch.compiler.is_compiling():  # a call that does not bind is the caller's error
+                    check_call(fn, (self, *args), kwargs)
+                if part in self._guard.disabled and not self._guard.retry(part, self.step):
                     return self._skip(part, *args, **kwargs)
                 try:
                     out = fn(self, *args, **kwargs)
@@ -122,7 +130,7 @@ def fail_open(part: str) -> Callable[[F], F]:
                         raise
                     self._fault(part)
                     return self._skip(part, *args, **kwargs)
-                self._guard.streak.pop(part, None)
+                self._guard.succeeded(part)
                 return out
 
         return wrapper  # type: ignore[return-value]
@@ -133,39 +141,80 @@ def fail_open(part: str) -> Callable[[F], F]:
 class Faults:
     """The monitor's own faults: the parts switched off, each part's streak, what was logged.
 
-    A fault of ``"rollout"``, ``"generation"`` or ``"loss"`` switches that part off at once;
-    ``"end_step"`` after ``STEP_FAULTS`` failures in a row (a transient one skips one step).
+    A fault of ``"rollout"``, ``"generation"``, ``"loss"`` or an integration switches that
+    part off for the rest of its step; its first call on a later step tries it again
+    (:meth:`retry`, warned and counted in ``grpo/monitor/retried_parts``). ``"end_step"``
+    is never off for a step (a transient fault skips that step only). A part faulting on
+    ``PART_FAULTS`` tries in a row stays off for the run, announced once through the sinks.
     Report assembly faults never switch anything off: the step's checks already ran.
     """
 
     def __init__(self) -> None:
-        self.disabled: set[str] = set()
+        self.disabled: set[str] = set()  # off now: for the rest of a step (``off_at``) or for the run
         self.streak: Counter[str] = Counter()  # internal faults in a row, per part
+        self.off_at: dict[str, int] = {}  # parts off until a later step: the step of their fault
+        self.retried: set[str] = set()  # parts tried again on the current step
         self.logged: set[str] = set()  # parts whose traceback was logged
         self.report_faults = 0
 
     def record(self, part: str, step: int, *, label: str | None = None) -> bool:
-        """Log (the traceback once) and warn; True when ``part`` is switched off by this fault.
+        """Log (the traceback once) and warn; True when ``part`` is switched off for the run by this fault.
 
         ``label`` names the part in the log and the warning (default: ``part``; an
         integration's part ``"trl integration"`` reads "the trl integration").
         """
         self.streak[part] += 1
-        disable = part != "end_step" or self.streak[part] >= STEP_FAULTS
-        what = "this part is disabled" if disable else "this step is skipped"
+        for_good = self.streak[part] >= PART_FAULTS
+        if for_good:
+            what = "this part is disabled for the rest of the run"
+        elif part == "end_step":
+            what = "this step is skipped"
+        else:
+            what = (f"this part is off for the rest of step {step} and retried at step {step + 1} "
+                    f"(fault {self.streak[part]} of {PART_FAULTS} in a row before it stays off)")
         name = label or part
-        first = part not in self.logged
-        if first:
+        if part not in self.logged:
             self.logged.add(part)
             log.exception("grpo-monitor: internal error in %s at step %d; %s, training goes on", name, step, what)
         else:
-            log.error("grpo-monitor: internal error in %s again (%d in a row); %s", name, self.streak[part], what)
-        if first or disable:
-            warnings.warn(f"grpo-monitor: internal error in {name}; {what} (see the log)", RuntimeWarning,
-                          stacklevel=1)
-        if disable:
+            log.error("grpo-monitor: internal error in %s at step %d again (%d in a row); %s", name, step,
+                      self.streak[part], what)
+        warnings.warn(f"grpo-monitor: internal error in {name}; {what} (at step {step}; see the log)",
+                      RuntimeWarning, stacklevel=1)
+        self.off_at.pop(part, None)
+        if for_good:
             self.disabled.add(part)
-        return disable
+        elif part != "end_step":
+            self.disabled.add(part)
+            self.off_at[part] = step
+        return for_good
+
+    def retry(self, part: str, step: int) -> bool:
+        """Switch ``part`` back on if it was off for an earlier step only; True when it may run now (warned)."""
+        faulted = self.off_at.get(part)
+        if faulted is None or faulted >= step:
+            return False
+        del self.off_at[part]
+        self.disabled.discard(part)
+        self.retried.add(part)
+        text = (f"grpo-monitor: retrying the '{part}' part at step {step}, off since its fault at step {faulted} "
+                "(counted in grpo/monitor/retried_parts)")
+        log.warning(text)
+        warnings.warn(text, RuntimeWarning, stacklevel=1)
+        return True
+
+    def health(self, dropped: int) -> dict[str, float]:
+        """The monitor's own health for every report: parts off, parts retried, reports the sinks ``dropped``."""
+        out = {DISABLED_PARTS_KEY: float(len(self.disabled))}
+        if self.retried:
+            out[RETRIED_PARTS_KEY] = float(len(self.retried))
+        if dropped:
+            out[DROPPED_REPORTS_KEY] = float(dropped)
+        return out
+
+    def succeeded(self, part: str) -> None:
+        """A call of ``part`` worked: its streak of faults in a row ends."""
+        self.streak.pop(part, None)
 
     def announce(self, part: str, step: int, sinks: Any) -> None:
         """One alert through every sink when ``part`` is switched off (a metric shows it every step)."""

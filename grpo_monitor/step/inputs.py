@@ -66,12 +66,35 @@ def as_tensor(value: Any, name: str) -> torch.Tensor:
             raise InputTypeError(_list_error(value, name, exc)) from exc
     else:
         raise InputTypeError(f"{name} must be a torch tensor or numpy array, but got {type(value).__name__}")
-    if tensor.is_complex():
-        raise InputTypeError(f"{name} must be real-valued, but got dtype {tensor.dtype}")
-    if tensor.device.type == "meta":
-        raise InputValueError(f"{name} is on the meta device (shape {tuple(tensor.shape)}, no data); "
-                              "pass a materialised tensor")
+    check_kind(tensor, name)
     return tensor
+
+
+#: What :func:`as_tensor` takes, named in every refusal of another kind of tensor.
+SUPPORTED = ("supported: dense (strided) real tensors with data (any float, integer or bool dtype, on any device "
+             "but meta), numpy arrays and lists of numbers")
+
+
+def check_kind(tensor: torch.Tensor, name: str) -> None:
+    """Refuse the tensor kinds the statistics cannot read, naming ``name``, the kind and what is taken.
+
+    >>> check_kind(torch.ones(2, 2).to_sparse(), "rewards")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.step.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
+    """
+    if tensor.is_nested:
+        what, fix = "a nested tensor (ragged rows)", "pad it (torch.nested.to_padded_tensor) and pass a mask"
+    elif tensor.layout != torch.strided:
+        what, fix = f"a sparse tensor (layout {tensor.layout})", "call .to_dense()"
+    elif tensor.is_quantized:
+        what, fix = f"a quantized tensor (dtype {tensor.dtype})", "call .dequantize()"
+    elif tensor.device.type == "meta":
+        what, fix = f"on the meta device (shape {tuple(tensor.shape)}, no data)", "pass a materialised tensor"
+    elif tensor.is_complex():
+        what, fix = f"a complex tensor (dtype {tensor.dtype})", "pass real values (e.g. .real or .abs())"
+    else:
+        return
+    raise InputTypeError(f"{name} is {what}; {SUPPORTED}; {fix}")
 
 
 def _list_error(value: Sequence[Any], name: str, exc: Exception) -> str:
@@ -163,6 +186,7 @@ def factorize(ids: Any, length: int, device: torch.device) -> tuple[torch.Tensor
     """Dense group index and the unique ids in order of first appearance."""
     if isinstance(ids, torch.Tensor) or (isinstance(ids, np.ndarray) and ids.dtype.kind in "biu"):
         t = torch.as_tensor(ids)
+        check_kind(t, "group_ids")
         if t.is_floating_point() or t.is_complex():
             raise InputTypeError(f"group_ids must be integers or hashable ids, but got a tensor of dtype {t.dtype}")
         if t.dim() != 1:
@@ -185,10 +209,23 @@ def _id_list(ids: Any, name: str) -> list[Hashable]:
     """``ids`` (a sequence, array or tensor of hashable ids) as a list."""
     if isinstance(ids, (str, bytes, dict, set, frozenset)) or not hasattr(ids, "__iter__"):
         raise InputTypeError(f"{name} must be a list, array or tensor of ids, but got {type(ids).__name__}")
+    if isinstance(ids, torch.Tensor):
+        check_kind(ids, name)
     seq = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
     if not isinstance(seq, list):  # a 0-d array or tensor
         raise InputValueError(f"{name} must be one-dimensional, but got a scalar {seq!r}")
+    for i, x in enumerate(seq):
+        if _is_nan(x):
+            raise InputValueError(f"{name}[{i}] is NaN: a NaN never equals itself, so it cannot name a group or a "
+                                  f"question; pass integer or string ids")
     return seq
+
+
+def _is_nan(x: Any) -> bool:
+    """Whether an id is NaN (a float, a numpy float, or a tuple holding one)."""
+    if isinstance(x, (float, np.floating)):
+        return math.isnan(x)
+    return isinstance(x, tuple) and any(_is_nan(v) for v in x)
 
 
 def _check_length(got: int, want: int) -> None:

@@ -7,6 +7,7 @@ import pytest
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY
 from grpo_monitor.integrations._common import FailOpen, find_trainer
+from grpo_monitor.step.guard import PART_FAULTS
 from grpo_monitor.testing import RecordingSink
 
 
@@ -35,19 +36,24 @@ def test_strict_reraises_and_breaches_always_propagate():
 
 
 def test_a_switched_off_integration_shows_like_a_monitor_part(caplog):
-    """The fault goes through the monitor's own bookkeeping: disabled_parts, the metric, one alert, one traceback."""
+    """The fault goes through the monitor's own bookkeeping: disabled_parts, the metric, retries, one alert, one
+    traceback."""
     sink = RecordingSink()
     mon = GRPOMonitor(MonitorConfig(), sinks=[sink])
     assert mon.end_step().metrics[DISABLED_PARTS_KEY] == 0.0
     guard = FailOpen(mon, "trl")
+    calls = []
     with pytest.warns(RuntimeWarning, match="internal error in the trl integration"):
-        guard(_boom)
-        guard(_boom)  # switched off: never called again, never logged again
-    assert mon.disabled_parts == {"trl integration"}
+        for _ in range(PART_FAULTS):  # off for the rest of each step, retried on the next, then off for good
+            guard(lambda: calls.append(mon.step) or _boom())
+            guard(lambda: calls.append(mon.step) or _boom())  # the same step: not called again
+            assert mon.end_step().metrics[DISABLED_PARTS_KEY] == 1.0
+        guard(lambda: calls.append(mon.step) or _boom())
+    assert calls == [1, 2, 3] and mon.disabled_parts == {"trl integration"}
     assert [mon.end_step().metrics[DISABLED_PARTS_KEY] for _ in range(2)] == [1.0, 1.0]
     alerts = [(title, text) for title, text in sink.alerts if "disabled" in title]
     assert len(alerts) == 1 and "'trl integration'" in alerts[0][1] and "invariant checks are OFF" in alerts[0][1]
-    assert [r.exc_info is not None for r in caplog.records if "trl integration" in r.getMessage()] == [True]
+    assert sum(r.exc_info is not None for r in caplog.records if "trl integration" in r.getMessage()) == 1
 
 
 def test_find_trainer_outside_a_trainer_says_what_to_do():

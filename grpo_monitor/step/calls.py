@@ -1,0 +1,102 @@
+"""Calls that do not bind are the caller's error: an unknown keyword is named with the nearest valid one.
+
+The valid names come from each public method's signature (so a keyword added later is
+covered with no list to update); :data:`SYNONYMS` only ranks the suggestion.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .inputs import InputTypeError
+
+#: Names trainers use for the monitor's arguments (a hint only; the valid names come from each signature).
+SYNONYMS = {
+    "question_ids": ("prompt_ids", "prompt_id", "prompts", "prompt_index", "problem_ids", "questions", "qids"),
+    "group_ids": ("uid", "uids", "index", "group_index", "groups"),
+    "rewards": ("scores", "reward", "token_level_scores"),
+    "lengths": ("response_lengths", "completion_lengths", "seq_lens", "response_length"),
+    "mask": ("attention_mask", "response_mask", "completion_mask", "loss_mask", "action_mask"),
+    "logprobs": ("log_probs", "log_prob", "per_token_logps"),
+    "old_logprobs": ("old_log_probs", "old_log_prob", "old_per_token_logps"),
+    "ref_logprobs": ("ref_log_probs", "ref_log_prob", "ref_per_token_logps"),
+}
+_SYNONYM_OF = {alias: name for name, aliases in SYNONYMS.items() for alias in aliases}
+
+
+def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    """Raise :class:`InputTypeError` when ``fn(*args, **kwargs)`` does not bind to ``fn``'s signature.
+
+    An unknown keyword is named with the nearest valid one, so new keywords are covered
+    with no list to update:
+
+    >>> def observe(rewards, *, question_ids=None): ...
+    >>> check_call(observe, [1], {"prompt_ids": [0]})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.step.inputs.InputTypeError: observe() got an unexpected keyword argument 'prompt_ids'; did you mean ...
+    """
+    shape = _shape(fn)
+    if shape.binds(args, kwargs):  # the common case, a few set operations
+        return
+    sig = shape.signature
+    try:
+        sig.bind(*args, **kwargs)
+    except TypeError as exc:
+        valid = [p.name for p in sig.parameters.values() if p.name != "self"
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        unknown = [k for k in kwargs if k not in sig.parameters]
+        if not unknown:
+            raise InputTypeError(f"{fn.__name__}(): {exc}; its arguments are {', '.join(valid)}") from None
+        hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
+        raise InputTypeError(
+            f"{fn.__name__}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints} "
+            f"(its arguments: {', '.join(valid)})"
+        ) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _CallShape:
+    """What a call must look like to bind to ``signature`` (a plain signature: no ``*args``/``**kwargs``)."""
+
+    signature: inspect.Signature
+    positional: tuple[str, ...]  # positional-or-keyword parameters, in order
+    required: tuple[str, ...]  # parameters without a default
+    keywords: frozenset[str]  # names a keyword may take
+    plain: bool  # no *args/**kwargs, no positional-only parameter: binds() can answer
+
+    def binds(self, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
+        """True when the call binds (False: ask the signature, which words the error)."""
+        if not self.plain or len(args) > len(self.positional) or not self.keywords.issuperset(kwargs):
+            return False
+        given = set(self.positional[:len(args)])
+        return given.isdisjoint(kwargs) and all(n in given or n in kwargs for n in self.required)
+
+
+@functools.cache
+def _shape(fn: Callable[..., Any]) -> _CallShape:
+    sig = inspect.signature(fn)
+    params = list(sig.parameters.values())
+    kinds = {p.kind for p in params}
+    plain = not kinds & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD,
+                         inspect.Parameter.POSITIONAL_ONLY}
+    return _CallShape(
+        sig, tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD),
+        tuple(p.name for p in params if p.default is p.empty), frozenset(p.name for p in params), plain,
+    )
+
+
+def nearest_name(wrong: str, valid: Sequence[str]) -> str:
+    """The valid name ``wrong`` most likely meant: a trainer's synonym of it, else the closest spelling.
+
+    >>> nearest_name("prompt_ids", ["rewards", "group_ids", "question_ids"]), nearest_name("advantage", ["advantages"])
+    ('question_ids', 'advantages')
+    """
+    alias = _SYNONYM_OF.get(wrong) or _SYNONYM_OF.get(wrong.lower())
+    if alias is not None and alias in valid:
+        return alias
+    return max(valid, key=lambda v: difflib.SequenceMatcher(None, wrong.lower(), v).ratio())
