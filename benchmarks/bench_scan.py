@@ -31,6 +31,7 @@ import json
 import os
 import random
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -73,10 +74,14 @@ def write_dump(folder: Path, steps: int, rows: int, seed: int = 0) -> None:
 
 
 def subset(folder: Path, steps: int) -> Path:
-    """A folder of links to the first ``steps`` step files."""
+    """A folder of hard links to (or copies of) the first ``steps`` step files: a scan refuses symlinks that leave
+    the folder it reads."""
     out = Path(tempfile.mkdtemp(prefix=f"grpo-bench-{steps}-"))
     for step in range(1, steps + 1):
-        (out / f"{step}.jsonl").symlink_to(folder / f"{step}.jsonl")
+        try:
+            os.link(folder / f"{step}.jsonl", out / f"{step}.jsonl")
+        except OSError:  # another file system
+            shutil.copyfile(folder / f"{step}.jsonl", out / f"{step}.jsonl")
     return out
 
 

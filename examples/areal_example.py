@@ -15,6 +15,10 @@ Run in a venv with AReaL (``bash scripts/framework_venv.sh areal``):
 
 from __future__ import annotations
 
+from _framework import require_framework
+
+require_framework("areal")  # not installed here: prints the command that builds its venv, exits 2
+
 import logging
 
 import torch

@@ -14,6 +14,10 @@ Run in a venv with OpenRLHF (``bash scripts/framework_venv.sh openrlhf``):
 
 from __future__ import annotations
 
+from _framework import require_framework
+
+require_framework("openrlhf")  # not installed here: prints the command that builds its venv, exits 2
+
 import argparse
 from types import SimpleNamespace
 

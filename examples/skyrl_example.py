@@ -15,6 +15,10 @@ Run in a venv with SkyRL (``bash scripts/framework_venv.sh skyrl``):
 
 from __future__ import annotations
 
+from _framework import require_framework
+
+require_framework("skyrl")  # not installed here: prints the command that builds its venv, exits 2
+
 import numpy as np
 import torch
 

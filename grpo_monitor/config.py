@@ -42,6 +42,16 @@ class Tolerances(BaseModel):
     )
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
     on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")
+    loss_aggregation: float = Field(
+        1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
+        "aggregation's, at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
+    )
+
+
+def _known(name: str) -> bool:
+    from .estimators.registry import known
+
+    return name == "auto" or known(name)
 
 
 class MonitorConfig(BaseModel):
@@ -105,7 +115,30 @@ class MonitorConfig(BaseModel):
     sink_flush_timeout: float = Field(
         20.0, gt=0, description="seconds close() waits in all for background sinks to drain"
     )
+    loss_aggregation: str = Field(
+        "auto", description="how the loss aggregates token terms: 'auto' (fitted, not checked), token_mean, "
+        "seq_mean_token_mean, seq_mean_token_sum, seq_mean_token_sum_norm, constant_normalizer, token_sum, or a "
+        "trainer's name (trl.grpo, trl.dapo, ..., verl's token-mean, seq-mean-token-mean, ...)",
+    )
+    loss_scope: Literal["auto", "micro_batch", "step"] = Field(
+        "auto", description="whether the loss's denominator counts the micro-batch (divided by the micro-batches "
+        "of the step) or the whole optimizer step; 'auto': the alias's, else either",
+    )
+    loss_normalizer: float | None = Field(
+        None, gt=0, description="T of constant_normalizer (tokens per response, e.g. max_completion_length); "
+        "None: fitted",
+    )
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
+
+    def __init__(self, **data: Any) -> None:
+        # a misspelt estimator is one line naming the closest names, not pydantic's report of every name
+        for argument in ("estimator", "std_convention"):
+            name = data.get(argument)
+            if isinstance(name, str) and not _known(name):
+                from .estimators.registry import unknown_estimator
+
+                raise unknown_estimator(name, f"MonitorConfig({argument}=)")
+        super().__init__(**data)
 
     @model_validator(mode="before")
     @classmethod
@@ -152,12 +185,19 @@ class MonitorConfig(BaseModel):
     @field_validator("std_convention")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
-        from .estimators.registry import ESTIMATORS, known
+        if not _known(value):
+            from .estimators.registry import unknown_estimator
 
-        if value != "auto" and not known(value):
-            raise ValueError(f"unknown estimator {value!r}; expected 'auto', one of {sorted(ESTIMATORS)}, a "
-                             "function rewards (B, G) -> advantages (B, G), or a name declared with "
-                             "grpo_monitor.estimators.custom(fn, name=...)")
+            raise unknown_estimator(value, "std_convention")
+        return value
+
+    @field_validator("loss_aggregation")
+    @classmethod
+    def _known_aggregation(cls, value: str) -> str:
+        from .stats.aggregations import known_names
+
+        if value not in known_names():
+            raise ValueError(f"unknown loss aggregation {value!r}; expected one of {known_names()}")
         return value
 
     @field_validator("clip_range")

@@ -37,11 +37,12 @@ from .stats.groups import group_reward_stats
 from .stats.rollout import rollout_stats
 from .step import inputs
 from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
-from .step.checks import breached_promises, rollout_findings, token_violations
+from .step.checks import breached_promises, rollout_findings, token_violations, violation
 from .step.distributed import rank_and_world
 from .step.guard import Faults, fail_open, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
+from .step.weights import LossWeights, summarize
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
@@ -76,6 +77,9 @@ class GRPOMonitor:
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
+        self._weights = LossWeights()  # the loss's token weights: the step's rows, the rollout they index
+        self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
+        self._weights_histograms: dict[str, list[float]] = {}
         self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
 
     # ----------------------------------------------------------------- observe
@@ -108,6 +112,7 @@ class GRPOMonitor:
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
                                weights)
         self._acc.add_rollout(vec, record)
+        self._weights.set_reference(layout.gid, detail.stats.degenerate, questions or layout.labels)
         if not self.config.defer_checks:
             self._check_now()
 
@@ -133,9 +138,18 @@ class GRPOMonitor:
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
-                     old_logprobs: Any = None, kl: Any = None) -> None:
-        """Record one micro-batch of token tensors ``(B, T)``; no host sync."""
+                     old_logprobs: Any = None, kl: Any = None, loss: Any = None, rows: Any = None) -> None:
+        """Record one micro-batch of token tensors ``(B, T)``; no host sync.
+
+        ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
+        computed from ``logprobs`` with grad) makes the monitor measure each token's weight
+        ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
+        untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each
+        row's index into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
+        """
         from .stats import tokens as tok
+
+        raw_logprobs, loss_t, rows_t = logprobs, inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
 
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
                        old_logprobs=old_logprobs, kl=kl)
@@ -148,6 +162,9 @@ class GRPOMonitor:
         )
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._acc.add_tokens(vec, self._token_layout)
+        self._guarded_weights(self._weights.observe, mask_t, tensors, loss=loss_t, rows=rows_t,
+                              derive=self.config.loss_aggregation != "auto",
+                              logprobs=raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
 
     @locked
     def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
@@ -183,7 +200,7 @@ class GRPOMonitor:
 
             self._token_layout = FieldLayout(TOKEN_FIELDS)
         return sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
-                         final=final, collective=collective)
+                         final=final, collective=collective, weights=self._weights.flat() if final else None)
 
     def _check_now(self) -> None:
         """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
@@ -209,7 +226,36 @@ class GRPOMonitor:
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step)
+        if synced.weights is not None:
+            found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
         return found
+
+    def _guarded_weights(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """The loss-weights part fails open on its own: a fault switches off only it (``"weights"``)."""
+        if "weights" in self._guard.disabled:
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except (InvariantViolation, inputs.InputError):
+            raise
+        except Exception:
+            if self.config.strict:
+                raise
+            self._fault("weights")
+            self._weights.end_step()
+            return None
+
+    def _check_weights(self, flat: torch.Tensor, every_rank: tuple | None) -> list[Violation]:
+        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
+        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
+        ref = self._weights.reference
+        summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None, every_rank)
+        self._weights_metrics = summary.metrics
+        self._weights_histograms = summary.histograms
+        if summary.offending is None:
+            return []
+        return [violation("loss_aggregation", self.step, summary.offending, self.config, summary.groups,
+                          count=summary.count)]
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
         """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
@@ -271,6 +317,8 @@ class GRPOMonitor:
                 raise
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
+        report.metrics.update(self._weights_metrics)
+        report.histograms.update(self._weights_histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics.update(self._guard.health(self.sinks.dropped()))
         return report
@@ -283,6 +331,8 @@ class GRPOMonitor:
         self.step = report.step + 1
         self._acc = Accumulator()
         self._extra = {}
+        self._weights.end_step()
+        self._weights_metrics, self._weights_histograms = {}, {}
 
     # ----------------------------------------------------------- fail-open
     @property
@@ -307,6 +357,7 @@ class GRPOMonitor:
             acc.ledger, acc.generations = None, []
         elif part == "loss":
             acc.tokens = None
+            self._weights.end_step()
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
         """What a disabled part does: nothing, except ``end_step``, which still closes the step."""

@@ -38,6 +38,7 @@ from grpo_monitor.integrations._common import FailOpen, find_trainer, row_advant
 from grpo_monitor.integrations.hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.stats.aggregations import ALIASES
 from grpo_monitor.stats.groups import group_reward_stats
 
 #: TRL's ``scale_rewards`` -> the registry entry (``grpo_monitor.ESTIMATORS``) it computes.
@@ -45,6 +46,7 @@ ESTIMATOR_OF_SCALE_REWARDS: dict[str, str] = {"group": "trl.group", "batch": "tr
 _HOOKED = ("_calculate_rewards", "_generate_and_score_completions", "_compute_loss",
            "_get_per_token_logps_and_entropies")
 _MISSING = object()
+ROWS_KEY = "grpo_monitor_rows"  # added to TRL's batch: each row's index in the gathered rollout (shuffled with it)
 _LABEL_CHARS = 200
 
 
@@ -66,7 +68,7 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
         estimator = "trl.normalize_then_sum"
     derived = dict(
         group_size=int(trainer.num_generations), std_convention=estimator, stabilizer=None,
-        clip_range=clip_range(trainer), kl_clamp=None, rollout_scope="global",
+        clip_range=clip_range(trainer), kl_clamp=None, rollout_scope="global", **loss_aggregation(trainer),
     )
     if config is None:
         return MonitorConfig(**derived)
@@ -77,6 +79,37 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
                 f"(num_generations={trainer.num_generations}, rewards gathered on every process); leave it unset"
             )
     return config.model_copy(update={k: v for k, v in derived.items() if k not in config.model_fields_set})
+
+
+def loss_aggregation(trainer: Any) -> dict[str, Any]:
+    """``loss_aggregation`` (``trl.<loss_type>``) and, under ``dr_grpo``, ``loss_normalizer`` =
+    ``max_completion_length``: what TRL documents for its ``loss_type``.
+
+    Declared only where the reward term's weight is ``-A c`` at ratio 1: no entropy mask
+    (``top_entropy_quantile`` 1), no off-policy mask, no vLLM importance weights, ``cispo``'s
+    ``epsilon_high`` >= 1 (below 1 it clips the ratio 1 itself), and for the step-scoped
+    ``dapo``/``cispo``/``vespo`` one process with ``steps_per_generation == gradient_accumulation_steps``
+    (TRL's denominator is then the step's token count). Elsewhere ``"auto"``: fitted, not checked.
+    """
+    loss_type = getattr(trainer, "loss_type", None)
+    args = trainer.args
+    name = f"trl.{loss_type}"
+    out: dict[str, Any] = {"loss_aggregation": "auto"}
+    if name not in ALIASES:
+        return out
+    vllm_weights = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction",
+                                                                   False)
+    masked = (float(getattr(trainer, "top_entropy_quantile", 1.0)) < 1.0
+              or getattr(trainer, "off_policy_mask_threshold", None) is not None or vllm_weights
+              or (loss_type == "cispo" and float(trainer.epsilon_high) < 1.0))
+    step_scoped = ALIASES[name][1] == "step"
+    spg = getattr(args, "steps_per_generation", None) or args.gradient_accumulation_steps
+    if masked or (step_scoped and (trainer.accelerator.num_processes > 1 or spg != args.gradient_accumulation_steps)):
+        return out
+    out["loss_aggregation"] = name
+    if loss_type == "dr_grpo":
+        out["loss_normalizer"] = float(trainer.max_completion_length)
+    return out
 
 
 def trl_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,
@@ -125,6 +158,7 @@ class TRLHooks:
         self._saved: dict[str, Any] = {}
         self._rewards_per_func: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
+        self._seen: tuple[dict, torch.Tensor] | None = None  # the policy's inputs and log-probs inside a loss
         self._zero_std: list[tuple[float, torch.Tensor]] = []  # (TRL's value, monitor's degenerate rate)
         self._clips: list[torch.Tensor] = []  # per micro-batch: (low, high, region, tokens) clipped-token sums
 
@@ -176,6 +210,7 @@ class TRLHooks:
             out = original(*args, **kwargs)
             if self._training():
                 self.guard(self._observe_rollout, out, logged)
+                self.guard(self._tag_rows, out)
             return out
 
         return wrapper
@@ -201,6 +236,12 @@ class TRLHooks:
                               reward_weights=tr.reward_weights.detach().to(rewards.device))
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)),
                                      **components)
+
+    def _tag_rows(self, out: dict) -> None:
+        """Each local row's index in the gathered rollout, as a tensor TRL shuffles and splits with the batch."""
+        n = len(out["advantages"])
+        start = int(self.trainer.accelerator.process_index) * n
+        out[ROWS_KEY] = torch.arange(start, start + n, device=out["advantages"].device)
 
     def _question_ids(self, n: int) -> list[Hashable] | None:
         """The gathered prompts of the rollout, which TRL keeps in ``_logs["prompt"]``."""
@@ -245,10 +286,15 @@ class TRLHooks:
         def wrapper(*args, **kwargs):
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
             self._loss_inputs = inputs if self._training() and isinstance(inputs, dict) else None
+            self._seen = None
             try:
-                return original(*args, **kwargs)
+                loss = original(*args, **kwargs)
+                seen, self._seen = self._seen, None
+                if seen is not None:
+                    self.guard(self._observe_loss, seen[0], seen[1], loss)
+                return loss
             finally:
-                self._loss_inputs = None
+                self._loss_inputs, self._seen = None, None
 
         return wrapper
 
@@ -257,18 +303,21 @@ class TRLHooks:
             out = original(*args, **kwargs)
             inputs, self._loss_inputs = self._loss_inputs, None  # the first call inside a loss: the policy's
             if inputs is not None:
-                self.guard(self._observe_loss, inputs, out[0])
+                self._seen = (inputs, out[0])  # observed when the loss returns, with the loss
             return out
 
         return wrapper
 
-    def _observe_loss(self, inputs: dict, logps: torch.Tensor) -> None:
+    def _observe_loss(self, inputs: dict, logps: torch.Tensor, loss: Any) -> None:
+        """The micro-batch's tensors and its loss: the token weights are measured from ``logps`` (with grad)."""
         mask = inputs["completion_mask"]
         if inputs.get("tool_mask") is not None:
             mask = mask * inputs["tool_mask"]
+        measured = isinstance(loss, torch.Tensor) and loss.requires_grad and logps.requires_grad
         self.monitor.observe_loss(
-            mask=mask, advantages=inputs["advantages"], logprobs=logps.detach(),
+            mask=mask, advantages=inputs["advantages"], logprobs=logps if measured else logps.detach(),
             ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=inputs.get("old_per_token_logps"),
+            loss=loss if measured else None, rows=inputs.get(ROWS_KEY),
         )
         self._clips.append(self._region_clips(mask, inputs["advantages"], logps.detach(),
                                               inputs.get("old_per_token_logps")))

@@ -80,6 +80,27 @@ class _Attachment:
 _current: _Attachment | None = None
 
 
+def loss_config(actor: Any) -> dict[str, Any]:
+    """``MonitorConfig`` fields declaring verl's loss aggregation from the actor's config
+    (``actor_rollout_ref.actor``: ``loss_agg_mode``, ``loss_scale_factor``; a dict, an OmegaConf
+    node or verl's ``ActorConfig``): ``MonitorConfig(group_size=n, **loss_config(cfg.actor_rollout_ref.actor))``.
+
+    verl's driver holds no loss, so the driver-side weights are *derived* from the declared mode and
+    ``response_mask`` (``grpo/weights/measured`` 0); to measure them, call
+    ``observe_loss(..., loss=)`` in the actor where ``agg_loss`` runs. A fixed ``loss_scale_factor``
+    under ``seq-mean-token-sum-norm`` is Dr. GRPO's constant normaliser.
+
+    >>> loss_config({"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": 4096})
+    {'loss_aggregation': 'constant_normalizer', 'loss_normalizer': 4096.0}
+    """
+    get = actor.get if hasattr(actor, "get") else lambda key, default=None: getattr(actor, key, default)
+    mode = get("loss_agg_mode", "token-mean")
+    scale = get("loss_scale_factor", None)
+    if mode == "seq-mean-token-sum-norm" and scale is not None:
+        return {"loss_aggregation": "constant_normalizer", "loss_normalizer": float(scale)}
+    return {"loss_aggregation": f"verl.{mode}"}
+
+
 def attached() -> GRPOMonitor | None:
     """The monitor verl's estimators currently report to, or None."""
     return _current.monitor if _current is not None else None

@@ -158,7 +158,7 @@ def test_expect_population_on_bessel_exits_1(module_file, capsys):
 
 
 @pytest.mark.parametrize("name,message", [
-    ("nope", "unknown estimator 'nope'; expected one of"),
+    ("nope", "unknown estimator 'nope'; did you mean 'none'?"),
     ("trl.normalize_then_sum", "takes several reward columns"),
 ], ids=["unknown", "multi-reward"])
 def test_expect_must_name_a_single_reward_entry(module_file, capsys, name, message):

@@ -18,6 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = {
     "bench_rollout.py": ["--responses", "4096", "--reps", "1"],
     "bench_loss.py": ["--sizes", "1M", "--reps", "1", "--backends", "eager", "--no-memory", "--no-trainer"],
+    "bench_long_line.py": ["--sizes", "1", "--dir", "{tmp}"],
+    "bench_weights.py": ["--steps", "2"],
     "bench_scan.py": ["--steps", "3", "--rows", "64", "--repeat", "1", "--data", "{tmp}/verl"],
     "soak_memory.py": ["--steps", "40", "--every", "20", "--groups", "8", "--questions", "100",
                        "--history-cap", "50", "--max-growth-mib", "1000"],

@@ -50,11 +50,13 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     adv = advantages(rewards, "population", 1e-4)
     mon.observe_rollout(rewards, advantages=adv, question_ids=q)
     mask = (torch.rand(8 * G, 5, generator=gen) < 0.8).float()
-    logprobs = -torch.rand(8 * G, 5, generator=gen)
-    ref = logprobs + 0.05 * torch.randn(8 * G, 5, generator=gen)
-    u = ref - logprobs
-    mon.observe_loss(mask=mask, advantages=adv.reshape(-1, 1).expand(-1, 5), logprobs=logprobs,
-                     ref_logprobs=ref, old_logprobs=logprobs + 0.01, kl=u.exp() - u - 1)
+    logprobs = (-torch.rand(8 * G, 5, generator=gen)).requires_grad_(True)
+    ref = logprobs.detach() + 0.05 * torch.randn(8 * G, 5, generator=gen)
+    u = ref - logprobs.detach()
+    tok_adv = adv.reshape(-1, 1).expand(-1, 5)
+    loss = -(tok_adv * logprobs * mask).sum() / mask.sum()  # measured token weights: the grpo/weights/ keys
+    mon.observe_loss(mask=mask, advantages=tok_adv, logprobs=logprobs,
+                     ref_logprobs=ref, old_logprobs=logprobs.detach() + 0.01, kl=u.exp() - u - 1, loss=loss)
     return mon.end_step()
 
 
@@ -100,17 +102,20 @@ def breach_run() -> list[StepReport]:
     """Every invariant broken once under on_violation="warn" (the run goes on and reports each)."""
     mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn", expect_on_policy=True))
     passk = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn", std_convention="verl.grpo_passk"))
+    weights = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn", loss_aggregation="token_mean"))
     r = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0]])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         reports = list(_breaches(mon))
         passk.observe_rollout(r, advantages=advantages(r, "bessel", 1e-6))  # pass@k crediting every row
-        reports.append(passk.end_step())
+        mask, lp = torch.tensor([[1.0, 1, 0], [1, 1, 1]]), torch.zeros(2, 3, requires_grad=True)
+        seq_mean = -((torch.tensor([[1.0], [-1.0]]) * lp * mask).sum(-1) / mask.sum(-1)).mean()
+        weights.observe_loss(mask=mask, advantages=torch.tensor([1.0, -1.0]), logprobs=lp, loss=seq_mean)
         unknown = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn"))
         r3 = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1]])
         scale = torch.tensor([[1.0], [2.0], [3.0]])  # one positive scale per group, no rule: an unknown estimator
         unknown.observe_rollout(r3, advantages=scale * (r3 - r3.mean(1, keepdim=True)))
-        return reports + [unknown.end_step()]
+        return reports + [passk.end_step(), weights.end_step(), unknown.end_step()]  # weights: a row mean as token_mean
 
 
 def _demo(tmp_path_factory, name: str, bug: str | None = None, **config) -> list[dict]:

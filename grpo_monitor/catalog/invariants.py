@@ -62,6 +62,12 @@ def _convention(cfg: MonitorConfig) -> str:
     return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
 
+def _loss_aggregation(cfg: MonitorConfig) -> str:
+    scope = "" if cfg.loss_scope == "auto" else f", {cfg.loss_scope} scope"
+    return (f"per-token weights of loss_aggregation={cfg.loss_aggregation!r}{scope} within "
+            f"{cfg.tolerances.loss_aggregation:g} relative")
+
+
 _RECORDS = (
     Invariant("finite", "advantages are finite and rewards are finite or NaN (unscorable)",
               "a zero std without a stabilizer (0/0), a NaN reward propagated into the advantage, or an overflow",
@@ -120,6 +126,11 @@ _RECORDS = (
     Invariant("on_policy", "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
               "the sampler (e.g. vLLM) and the trainer compute different log-probabilities for the same tokens",
               "tokens", "on_policy", "error", _tol("on_policy", "<= {:g} nats")),
+    Invariant("loss_aggregation", "at ratio 1 without a KL term, every token's loss weight dloss/dlogprob is "
+              "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
+              "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "
+              "micro-batch's tokens instead of the step's, gradient accumulation not divided out, or an extra "
+              "per-token factor", "tokens", "loss_aggregation", "error", _loss_aggregation),
 )
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).

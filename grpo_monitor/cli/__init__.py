@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -44,7 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    formatwarning = warnings.formatwarning
+    # a warning quoting a recorded file or field name is escaped like everything else printed
+    warnings.formatwarning = lambda *a, **k: printable(formatwarning(*a, **k))
+    try:
+        return int(args.func(args) or 0)
+    finally:
+        warnings.formatwarning = formatwarning
 
 
 def package_version() -> str:
@@ -102,8 +109,51 @@ class LazyChoices:
 
 def fail(command: str, message: object, code: int = 2) -> int:
     """Print ``grpo-monitor COMMAND: error: MESSAGE`` to stderr and return ``code`` (2: bad input)."""
-    print(f"grpo-monitor {command}: error: {message}", file=sys.stderr)
+    print(printable(f"grpo-monitor {command}: error: {message}"), file=sys.stderr)
     return code
+
+
+def byte_count(text: str) -> int:
+    """An argparse ``type``: a number of bytes >= 1 (``256M``, ``2G`` and ``64K`` accepted)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    scale = units.get(text[-1:].upper(), 1)
+    try:
+        value = int(text[:-1] if scale > 1 else text) * scale
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number of bytes >= 1 (e.g. 268435456 or 256M), but got {text!r}")
+    return value
+
+
+def add_read_limits(parser: argparse.ArgumentParser) -> None:
+    """``--max-line-bytes`` and ``--max-file-bytes`` (see ``grpo_monitor.files.reading``)."""
+    parser.add_argument("--max-line-bytes", type=byte_count, default=None, metavar="N",
+                        help="refuse a line (one JSON record) longer than N bytes (default: "
+                        "$GRPO_MONITOR_MAX_LINE_BYTES or 256M)")
+    parser.add_argument("--max-file-bytes", type=byte_count, default=None, metavar="N",
+                        help="refuse an input file larger than N bytes (default: $GRPO_MONITOR_MAX_FILE_BYTES or 16G)")
+
+
+def read_limits(args: argparse.Namespace) -> Any:
+    """The context that reads with the limits given on the command line."""
+    from ..files.reading import using_limits
+
+    return using_limits(getattr(args, "max_line_bytes", None), getattr(args, "max_file_bytes", None))
+
+
+#: C0 and C1 control characters but tab and line feed, and DEL: escaped before they reach a terminal.
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0))}
+
+
+def printable(text: object) -> str:
+    r"""``text`` with control characters (ESC, BEL, CR, ...) escaped as ``\xNN``: a field or file name from a
+    recording cannot drive the terminal.
+
+    >>> printable("run\x1b]0;owned\x07.jsonl")
+    'run\\x1b]0;owned\\x07.jsonl'
+    """
+    return str(text).translate(_CONTROL)
 
 
 if __name__ == "__main__":  # pragma: no cover

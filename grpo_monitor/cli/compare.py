@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from . import fail
+from . import add_read_limits, fail, printable, read_limits
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -24,6 +24,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("run_b", metavar="RUN_B", help="second run")
     parser.add_argument("--labels", default=None, metavar="A,B", help="names of the runs (default: folder names)")
     parser.add_argument("--out", default="compare", help="output folder (default: ./compare)")
+    add_read_limits(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -38,11 +39,12 @@ def run(args: argparse.Namespace) -> int:
     if labels is not None and len(labels) != 2:
         return fail("compare", f"--labels takes two names separated by a comma, but got {args.labels!r}")
     try:
-        runs, names = load_pair(args.run_a, args.run_b, labels)
+        with read_limits(args):
+            runs, names = load_pair(args.run_a, args.run_b, labels)
         page = write_comparison(runs, names, Path(args.out))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # LogFormatError and InputFileError are ValueErrors
         return fail("compare", exc)
-    print(compare_text(runs, names))
-    print(f"compare: {page}")
+    print(printable(compare_text(runs, names)))
+    print(printable(f"compare: {page}"))
     return 0
 

@@ -6,7 +6,7 @@ import argparse
 import importlib.util
 from typing import Any
 
-from . import fail
+from . import add_read_limits, fail, printable, read_limits
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -24,6 +24,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     parser.add_argument("run", metavar="RUN", help="run folder holding monitor.jsonl, or a JSONL file")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")
+    add_read_limits(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -38,9 +39,10 @@ def run(args: argparse.Namespace) -> int:
     from ..reporting import build_report
 
     try:
-        page = build_report(args.run, args.out)
-    except (OSError, ValueError) as exc:  # LogFormatError is a ValueError
+        with read_limits(args):
+            page = build_report(args.run, args.out)
+    except (OSError, ValueError) as exc:  # LogFormatError and InputFileError are ValueErrors
         return fail("report", exc)
-    print(f"report: {page}")
-    print(f"plots:  {page.parent / 'plots'}")
+    print(printable(f"report: {page}"))
+    print(printable(f"plots:  {page.parent / 'plots'}"))
     return 0

@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from . import fail
+from . import add_read_limits, fail, printable, read_limits
 
 #: Kept here (not imported from grpo_monitor.scan): building the parser imports nothing heavy.
 FORMATS = ("auto", "verl", "trl-wandb", "trl-parquet", "jsonl", "parquet")
@@ -46,6 +46,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         help="exit 1 when an error-severity invariant broke (for CI)")
     parser.add_argument("--no-report", action="store_true", help="skip report.html (and its plots)")
     parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar and no summary (for CI)")
+    add_read_limits(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -58,18 +59,21 @@ def default_out(path: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     """Scan; print the summary; the exit code."""
-    from ..scan import ScanInputError, format_summary, parse_columns, scan_rollouts
+    from ..files.reading import InputFileError
+    from ..scan import format_summary, parse_columns, scan_rollouts
 
     try:
-        result = scan_rollouts(
-            args.path, args.out or default_out(args.path), fmt=args.format, group_size=args.group_size,
-            estimator=args.estimator, columns=parse_columns(args.columns), overwrite=args.overwrite,
-            quiet=args.quiet, report=not args.no_report,
-        )
-    except (ScanInputError, OSError) as exc:
+        with read_limits(args):
+            result = scan_rollouts(
+                args.path, args.out or default_out(args.path), fmt=args.format, group_size=args.group_size,
+                estimator=args.estimator, columns=parse_columns(args.columns), overwrite=args.overwrite,
+                quiet=args.quiet, report=not args.no_report,
+            )
+    except (InputFileError, OSError) as exc:  # ScanInputError is an InputFileError
         return fail("scan", exc)
     if not args.quiet:
-        print(format_summary(result))
+        print(printable(format_summary(result)))
     elif result.errors:
-        print(f"grpo-monitor scan: {result.errors} invariant(s) broken with error severity; see {result.log}")
+        print(printable(f"grpo-monitor scan: {result.errors} invariant(s) broken with error severity; see "
+                        f"{result.log}"))
     return 1 if args.fail_on_error and result.errors else 0

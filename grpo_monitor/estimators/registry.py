@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 
 from .base import CUSTOM, CUSTOM_ID, UNKNOWN_ID, Estimator
 from .frameworks import ALL
@@ -38,6 +39,36 @@ ESTIMATORS: dict[str, Estimator] = _with_ids(ALL)
 _BY_ID = {est.id: name for name, est in ESTIMATORS.items()}
 
 
+class UnknownEstimatorError(ValueError):
+    """An estimator name the registry does not hold; the message is one line naming the closest names."""
+
+
+def closest(name: str, names: list[str] | None = None, n: int = 3) -> list[str]:
+    """The registry names closest to ``name`` (difflib; a case-only difference first).
+
+    >>> closest("besel"), closest("Verl.GRPO")
+    (['bessel'], ['verl.grpo'])
+    """
+    pool = list(ESTIMATORS) + ["auto"] if names is None else names
+    folded = [p for p in pool if p.lower() == name.lower()]
+    return folded or difflib.get_close_matches(name, pool, n=n, cutoff=0.6)
+
+
+def unknown_estimator(name: object, argument: str | None = None) -> UnknownEstimatorError:
+    """The one-line error for an unknown estimator name given as ``argument``.
+
+    >>> str(unknown_estimator("besel", "--estimator"))
+    "--estimator: unknown estimator 'besel'; did you mean 'bessel'? (names: 'auto' or grpo_monitor.ESTIMATORS)"
+    """
+    near = closest(name) if isinstance(name, str) else []
+    hint = f"did you mean {' or '.join(map(repr, near))}?" if near else \
+        "expected 'auto' or a registry name such as 'population', 'bessel', 'trl.group', 'verl.grpo', or your " \
+        "own function declared with grpo_monitor.estimators.custom(fn, name=...)"
+    where = f"{argument}: " if argument else ""
+    return UnknownEstimatorError(f"{where}unknown estimator {name!r}; {hint} (names: 'auto' or "
+                                 "grpo_monitor.ESTIMATORS)")
+
+
 def get(name: str) -> Estimator:
     """The estimator called ``name`` (a registry entry or a user's own, see ``custom``), or a ValueError.
 
@@ -47,8 +78,7 @@ def get(name: str) -> Estimator:
     try:
         return ESTIMATORS[name] if name in ESTIMATORS else CUSTOM[name]
     except KeyError:
-        raise ValueError(f"unknown estimator {name!r}; expected one of {sorted(ESTIMATORS)} or a function "
-                         f"declared with grpo_monitor.estimators.custom(fn, name=...)") from None
+        raise unknown_estimator(name) from None
 
 
 def known(name: str) -> bool:

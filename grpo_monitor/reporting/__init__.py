@@ -11,6 +11,7 @@ import io
 import os
 from pathlib import Path
 
+from ..files.writing import OutputDir
 from .data import RunData, find_log, load_run
 from .figures import FIGURES, how_to_log
 from .html import render_page
@@ -47,19 +48,17 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     """Write ``plots/<name>.png`` and ``report.html`` into ``out_dir`` (default: the run folder).
 
     Returns the path of the HTML page. PNGs of figures an earlier build drew and this run
-    lacks are removed, so ``plots/`` always matches the page.
+    lacks are removed, so ``plots/`` always matches the page. Every file is created without
+    following a symlink (:mod:`grpo_monitor.files.writing`); a ``plots`` symlink is refused.
     """
     data = load_run(run)
-    out = Path(out_dir) if out_dir is not None else data.path.parent
-    plots = out / "plots"
-    plots.mkdir(parents=True, exist_ok=True)
     figures, notes = render_figures(data)
     drawn = {name for name, _, _, _ in figures}
-    for spec in FIGURES:
-        if spec.name not in drawn:
-            (plots / f"{spec.name}.png").unlink(missing_ok=True)
-    for name, _, _, png in figures:
-        (plots / f"{name}.png").write_bytes(png)
-    page = out / "report.html"
-    page.write_text(render_page(data, figures, notes, shown=shown_keys(drawn)), encoding="utf-8")
-    return page
+    page = render_page(data, figures, notes, shown=shown_keys(drawn))
+    with OutputDir(Path(out_dir) if out_dir is not None else data.path.parent) as out, out.folder("plots") as plots:
+        for spec in FIGURES:
+            if spec.name not in drawn:
+                plots.remove(f"{spec.name}.png")
+        for name, _, _, png in figures:
+            plots.write(f"{name}.png", png)
+        return out.write("report.html", page)

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files.reading import loads, read_input
 from .records import read_step_records
 
 #: File names looked for in a run folder, in order.
@@ -137,9 +138,11 @@ def _mark(v: dict[str, Any], step: int, failed: bool) -> ViolationMark:
 
 def _meta(path: Path) -> dict[str, Any]:
     """The run's settings (``run.json``, written by the demo), or {}."""
+    if not path.exists():
+        return {}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        meta = loads(read_input(path), path)
+    except (OSError, json.JSONDecodeError):  # an unreadable run.json only loses the settings it holds
         return {}
     return meta if isinstance(meta, dict) else {}
 
@@ -149,10 +152,10 @@ def _theory(path: Path, steps: np.ndarray) -> tuple[dict[str, np.ndarray], dict[
     if not path.is_file():
         return {}, {}
     rows = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(read_input(path).splitlines(), 1):
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
+            row = loads(line, path, number)
+        except (json.JSONDecodeError, UnicodeDecodeError):
             continue
         if isinstance(row, dict) and isinstance(row.get("step"), int):
             rows[row["step"]] = row

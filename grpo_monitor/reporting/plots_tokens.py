@@ -73,3 +73,53 @@ def draw_tokens(run: RunData):
             finish(ax, run, "share of valid tokens", "Live-token fraction: valid tokens with a non-zero advantage")
     axes[-1].set_xlabel("step")
     return fig
+
+
+def _pooled(run: RunData, key: str) -> list[list[float]]:
+    return [h for h in run.histograms.get(key, []) if h]
+
+
+def draw_weights(run: RunData):
+    """Weight per unit |advantage| against response length (log-log, every step pooled) with the slope the
+    fitted aggregation predicts, and the per-question shares of the update."""
+    import numpy as np
+
+    from ..stats.aggregations import AGGREGATIONS
+
+    lengths, weights = _pooled(run, "grpo/weights/response_length"), _pooled(run, "grpo/weights/response_weight")
+    if not lengths:
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, 3.2), dpi=100, layout="constrained")
+    left, right = fig.subplots(1, 2)
+    x = np.concatenate([np.asarray(v, float) for v in lengths])
+    y = np.concatenate([np.asarray(v, float) for v in weights])
+    left.scatter(x, y, s=8, color=BLUE, alpha=0.5, label="responses (all steps)")
+    ids = run.series("grpo/weights/aggregation_id")
+    index = int(ids[np.isfinite(ids)][-1]) if ids is not None and np.isfinite(ids).any() else -1
+    name = next((a.name for a in AGGREGATIONS.values() if a.index == index), None)
+    if name is not None and len(x) > 1:
+        slope = 0.0 if AGGREGATIONS[name].per_length else 1.0
+        grid = np.geomspace(x.min(), x.max(), 20)
+        scale = np.exp(np.mean(np.log(y)) - slope * np.mean(np.log(x)))
+        left.plot(grid, scale * grid ** slope, color=RED, label=f"{name}: weight ~ length^{slope:g}")
+    left.set_xscale("log")
+    left.set_yscale("log")
+    centre = float(np.exp(np.mean(np.log(y))))
+    left.set_ylim(min(y.min(), centre) / 4, max(y.max(), centre) * 4)  # float noise on a flat line stays flat
+    left.set_xlabel("response length (valid tokens)")
+    left.set_ylabel("|weight| / |advantage| (mean 1)")
+    left.set_title("Weight against response length", fontsize=10)
+    left.legend(fontsize=8)
+    shares = _pooled(run, "grpo/weights/question_share")
+    if shares:
+        pooled = np.concatenate([np.asarray(v, float) for v in shares])
+        right.hist(pooled, bins=30, color=GREEN, alpha=0.8)
+        even = 1.0 / np.median([len(v) for v in shares])
+        right.axvline(even, color=ORANGE, label=f"equal shares: {even:.3g}")
+        right.legend(fontsize=8)
+    right.set_xlabel("a question's share of the step's |weight|")
+    right.set_ylabel("questions (all steps)")
+    right.set_title("Per-question weight", fontsize=10)
+    return fig

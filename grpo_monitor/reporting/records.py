@@ -15,12 +15,15 @@ True
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import reprlib
 import warnings
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from ..files.reading import limits, line_too_long, loads, open_input
 
 #: (where in the record, what was expected, the value that came); None when the value is fine.
 Problem = tuple[str, str, Any] | None
@@ -39,14 +42,13 @@ def read_step_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     is not a step record; skips a line that is not JSON with a ``RuntimeWarning``.
     """
     records = []
-    lines = Path(path).read_bytes().split(b"\n")
-    for number, raw in enumerate(lines, start=1):
+    for number, raw, final in _lines(path):
         if not raw.strip():
             continue
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = loads(raw, path, number)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            where = "torn final line" if number == len(lines) else "unreadable line"
+            where = "torn final line" if final else "unreadable line"
             warnings.warn(f"{path}: skipped {where} {number} ({len(raw)} bytes, not JSON; likely a write "
                           f"interrupted by a crash): {exc}", RuntimeWarning, stacklevel=2)
             continue
@@ -57,6 +59,23 @@ def read_step_records(path: str | os.PathLike) -> list[dict[str, Any]]:
                                  "each line of the log is one StepReport.to_dict() record")
         records.append(record)
     return records
+
+
+def _lines(path: str | os.PathLike) -> Iterator[tuple[int, bytes, bool]]:
+    """(number, bytes, whether it is the file's last line) of each line of a regular file, within the line and
+    file size limits (:mod:`grpo_monitor.files.reading`); a line that is not UTF-8 is handed on as it is."""
+    with open_input(path) as f:
+        pending: tuple[int, bytes] | None = None
+        limit = limits().max_line_bytes
+        for number in itertools.count(1):
+            raw = f.readline(limit + 1)
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise line_too_long(path, number, limit)
+            if pending is not None:
+                yield pending[0], pending[1], not raw
+            if not raw:
+                return
+            pending = (number, raw.rstrip(b"\n"))
 
 
 def record_problem(record: Any) -> Problem:
@@ -91,7 +110,10 @@ def describe(value: Any) -> str:
         return "nothing (no such field)"
     if value is None:
         return "null"
-    text = json.dumps(value, allow_nan=True, default=str)
+    try:
+        text = json.dumps(value, allow_nan=True, default=str)
+    except (RecursionError, ValueError):  # nested too deep to print: abridged
+        text = reprlib.repr(value)
     text = text if len(text) <= 60 else text[:57] + "..."
     return f"{text} ({_json_type(value)})"
 

@@ -13,17 +13,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import reprlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
+from ..files.reading import InputFileError
+
+#: Steps are int64 (TensorBoard, numpy arrays of steps): 0 <= step < 2**63.
+MAX_STEP = 2**63
 #: The keys of ``--columns``.
 FIELDS = ("step", "group", "reward", "advantage", "question")
 
 
-class ScanInputError(ValueError):
-    """A recorded file or row that does not fit the format: names the file, the line (or row) and the field."""
+class ScanInputError(InputFileError):
+    """A recorded file or row that does not fit the format: names the file, the line (or row) and the field.
+
+    A ``ValueError``; its base :class:`~grpo_monitor.files.InputFileError` is what the file
+    readers raise (not a regular file, over a size limit, JSON too deep or out of range):
+    :func:`~grpo_monitor.scan.scan_rollouts` raises both as a ``ScanInputError``.
+    """
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,9 +94,18 @@ def first_present(keys: Iterable[str], candidates: Sequence[str]) -> str | None:
     return next((c for c in candidates if c in have), None)
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 3, 60, 60, 40
+
+
 def describe(value: Any) -> str:
-    """A short rendering of a value for an error message: its repr (cut at 60 characters) and type."""
-    text = repr(value)
+    """A short rendering of a value for an error message: its repr (cut at 60 characters; nesting, long
+    numbers and long texts abridged, never recursing deep) and type.
+
+    >>> describe([[[[[1]]]]])
+    '[[[[...]]]] (list)'
+    """
+    text = _SHORT.repr(value)
     return f"{text[:60]}{'...' if len(text) > 60 else ''} ({type(value).__name__})"
 
 
@@ -110,11 +129,15 @@ def float_column(values: list[Any], field: str, source: Any, lines: Sequence[int
         array = np.asarray(values, dtype=np.float64)
         if array.ndim == 1:
             return array
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError, RecursionError):
         pass
     for i, value in enumerate(values):
         if not _is_number(value):
             line = lines[i] if lines is not None else i + 1
+            if isinstance(value, int):
+                digits = int(value.bit_length() * 0.30103) + 1
+                raise ScanInputError(f"{where(source, line, unit)}: field {field!r} holds a number out of range "
+                                     f"(an integer of about {digits} digits; a float holds up to about 1e308)")
             raise ScanInputError(
                 f"{where(source, line, unit)}: field {field!r} should be a number or null (unscorable), "
                 f"but got {describe(value)}"
@@ -123,7 +146,9 @@ def float_column(values: list[Any], field: str, source: Any, lines: Sequence[int
 
 
 def _is_number(value: Any) -> bool:
-    if value is None or isinstance(value, (bool, int, float, np.number)):
+    if isinstance(value, int):
+        return abs(value) <= 1e308  # a larger int is no float (OverflowError)
+    if value is None or isinstance(value, (float, np.number)):
         return True
     if isinstance(value, str):
         try:
@@ -141,15 +166,21 @@ def step_number(value: Any, field: str, source: Any, line: int, unit: str = "lin
     3
     """
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not math.isfinite(number) or number != int(number) or isinstance(value, bool):
-        raise ScanInputError(f"{where(source, line, unit)}: field {field!r} should be an integer step, "
-                             f"but got {describe(value)}")
-    return int(number)
+        step = value
+    else:
+        try:
+            number = float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = math.nan
+        if isinstance(value, bool) or not math.isfinite(number) or number != int(number):
+            raise ScanInputError(f"{where(source, line, unit)}: field {field!r} should be an integer step, "
+                                 f"but got {describe(value)}")
+        step = int(number)
+    if not 0 <= step < MAX_STEP:
+        got = str(step) if abs(step) < 10**30 else f"an integer of about {int(step.bit_length() * 0.30103) + 1} digits"
+        raise ScanInputError(f"{where(source, line, unit)}: field {field!r} should be a step from 0 to 2**63 - 1, "
+                             f"but got {got} (out of range)")
+    return step
 
 
 def missing_field(source: Any, line: int, field: str, record: Any, fmt: str, unit: str = "line") -> ScanInputError:

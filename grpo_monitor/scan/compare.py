@@ -156,19 +156,21 @@ def load_pair(run_a: str | Path, run_b: str | Path, labels: Sequence[str] | None
 
 
 def write_comparison(runs: Sequence[Any], labels: Sequence[str], out: str | Path) -> Path:
-    """Write ``compare.html`` and ``compare.png`` into ``out``; the page's path."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``compare.html`` and ``compare.png`` into ``out``; the page's path (never through a symlink)."""
+    from ..files.writing import OutputDir
+
     fig = draw(runs, labels)
     png = b""
     if fig is not None:
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
         png = buffer.getvalue()
-        (out / "compare.png").write_bytes(png)
-    page = out / "compare.html"
-    page.write_text(render(runs, labels, png), encoding="utf-8")
-    return page
+    with OutputDir(out) as folder:  # never through a symlink planted at compare.png or compare.html
+        if png:
+            folder.write("compare.png", png)
+        else:
+            folder.remove("compare.png")
+        return folder.write("compare.html", render(runs, labels, png))
 
 
 def compare_runs(run_a: str | Path, run_b: str | Path, out: str | Path,

@@ -12,9 +12,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import check_regular
 from .columns import ColumnMap, ScanInputError
 from .readers import JsonlReader, VerlReader, first_record
 
@@ -41,8 +43,8 @@ def wandb_run_folder(path: Path) -> Path | None:
     return None
 
 
-def _verl_like(files: list[Path]) -> bool:
-    _, record = first_record(files[0])
+def _verl_like(files: list[Path], folder: Path | None = None) -> bool:
+    _, record = first_record(files[0], folder)
     return isinstance(record, dict) and "input" in record and "score" in record
 
 
@@ -51,10 +53,11 @@ def detect_format(path: str | Path) -> str:
     p = Path(path)
     if not p.exists():
         raise ScanInputError(f"{p}: no such file or folder")
-    if p.is_file():
+    if not p.is_dir():
+        check_regular(p)  # a FIFO or a device is refused here, never opened for reading
         return _file_format(p)
     step_files = sorted((int(f.stem), f) for f in p.glob("*.jsonl") if f.stem.isdigit())
-    if step_files and _verl_like([f for _, f in step_files]):
+    if step_files and _verl_like([f for _, f in step_files], p):
         return "verl"
     if wandb_run_folder(p) is not None:
         return "trl-wandb"
@@ -81,11 +84,11 @@ def _file_format(p: Path) -> str:
 
 
 def _trl_columns(p: Path) -> bool:
-    try:
-        import pyarrow.parquet as pq
-    except ModuleNotFoundError:
+    if importlib.util.find_spec("pyarrow") is None:
         return False
-    names = set(pq.ParquetFile(p).schema_arrow.names)
+    from .parquet import open_parquet
+
+    names = set(open_parquet(p).schema_arrow.names)
     return {"step", "prompt", "completion", "advantage"} <= names
 
 

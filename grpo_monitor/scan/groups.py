@@ -42,6 +42,8 @@ class StepGroups:
     texts: list[str] | None
     num_groups: int
     split_groups: int = 0
+    #: the type names of the group values when they were of several types (kept apart, see ``factorize``)
+    mixed_types: tuple[str, ...] = ()
 
     def observe_kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``GRPOMonitor.observe_rollout`` (advantages only when recorded)."""
@@ -76,15 +78,42 @@ def _display(value: Any) -> str:
 def factorize(keys: list[Any]) -> tuple[np.ndarray, int]:
     """Dense group index of each row (groups in order of first appearance) and the number of groups.
 
+    Keys of different types are different groups (``1``, ``true`` and ``1.0`` are three: a
+    dict would merge them); unhashable keys (chat messages as lists) are compared by their
+    JSON text.
+
     >>> factorize(["b", "a", "b"])[0].tolist()
     [0, 1, 0]
+    >>> factorize([1, True, 1.0, 1])[0].tolist()
+    [0, 1, 2, 0]
     """
+    if len(set(map(type, keys))) > 1:
+        keys = list(zip(map(type, keys), keys, strict=True))
     try:
         index = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # C-level passes over the rows
     except TypeError:  # unhashable keys (chat messages as lists): compare their JSON text
-        keys = [_display(k) for k in keys]
+        keys = [(type(k), _display(k)) for k in keys]
         index = {k: i for i, k in enumerate(dict.fromkeys(keys))}
     return np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys)), len(index)
+
+
+def check_group_keys(rows: StepRows) -> tuple[str, ...]:
+    """The type names of the step's group values when they are of several types (else ``()``).
+
+    A null or NaN group value is a :class:`ScanInputError`: a NaN equals nothing, not even
+    itself, so its rows would be grouped by chance; a null is no group at all.
+    """
+    keys = rows.groups or []
+    types = set(map(type, keys))
+    if type(None) in types or float in types or any(issubclass(t, np.floating) for t in types):
+        for i, key in enumerate(keys):
+            if key is None or (isinstance(key, (float, np.floating)) and key != key):
+                what = "null" if key is None else "NaN"
+                raise ScanInputError(
+                    f"{rows.where()}: row {i + 1} of step {rows.step} (counting from that line) has the group id "
+                    f"{what}; every row needs a group id that equals itself: fix the records, or name another "
+                    "field with --columns group=FIELD (or pass --group-size G for groups of G consecutive rows)")
+    return tuple(sorted(t.__name__ for t in types)) if len(types) > 1 else ()
 
 
 def split_repeated(gid: np.ndarray, group_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -114,6 +143,7 @@ def build_groups(rows: StepRows, group_size: int | None) -> StepGroups:
     """The monitor's inputs for ``rows`` (see the module docstring for the rules)."""
     if rows.groups is None:
         return _consecutive(rows, group_size)
+    mixed = check_group_keys(rows)
     gid, _ = factorize(rows.groups)
     parent = None
     if group_size is not None:
@@ -128,8 +158,9 @@ def build_groups(rows: StepRows, group_size: int | None) -> StepGroups:
         order = np.argsort(gid, kind="stable")
         shape = (num_groups, int(sizes[0]))
         adv = rows.advantages[order].reshape(shape) if rows.advantages is not None else None
-        return StepGroups(rows.step, rows.rewards[order].reshape(shape), None, adv, qids, texts, num_groups, split)
-    return StepGroups(rows.step, rows.rewards, gid, rows.advantages, qids, texts, num_groups, split)
+        return StepGroups(rows.step, rows.rewards[order].reshape(shape), None, adv, qids, texts, num_groups, split,
+                          mixed)
+    return StepGroups(rows.step, rows.rewards, gid, rows.advantages, qids, texts, num_groups, split, mixed)
 
 
 def _consecutive(rows: StepRows, group_size: int | None) -> StepGroups:

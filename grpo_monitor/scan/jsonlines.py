@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import operator
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..files.reading import loads, open_input, read_text_blocks
 from .columns import ScanInputError, missing_field, where
 
 # the decoder's scanner (set in JSONDecoder.__init__; typeshed does not declare it)
@@ -61,7 +62,7 @@ def _slow_lines(lines: Sequence[str], source: Any, notes: list[str], first: int,
         if not line.strip():
             continue
         try:
-            records.append(json.loads(line))
+            records.append(loads(line, source, first + i))
         except json.JSONDecodeError as exc:
             if i != last or not torn_ok:
                 raise ScanInputError(f"{where(source, first + i)}: not a JSON value: {exc}") from exc
@@ -95,29 +96,12 @@ def column(records: list[Any], key: str, source: Any, lines: list[int] | None, f
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def read_blocks(path: Any, size: int = 8 << 20):
-    """``(text, first line number, bytes, last)`` of successive blocks of whole lines of a file.
+def read_blocks(path: Any, folder: Any = None) -> Iterator[tuple[str, int, int, bool]]:
+    """``(text, first line number, bytes, last)`` of successive blocks of whole lines of a regular file.
 
-    Memory holds one block; a byte sequence that is not UTF-8 is a worded error with its line.
+    Memory holds one block; the file must be a regular file within the size limits and a
+    byte sequence that is not UTF-8 is a worded error with its line
+    (:mod:`grpo_monitor.files.reading`).
     """
-    with open(path, "rb") as f:
-        carry, line = b"", 1
-        chunk = f.read(size)
-        while chunk or carry:
-            data, chunk = carry + chunk, f.read(size)
-            cut = data.rfind(b"\n") if chunk else len(data) - 1
-            if cut < 0:
-                carry = data
-                continue
-            block, carry = data[: cut + 1], data[cut + 1:]
-            yield utf8(block, path, line), line, len(block), not chunk and not carry
-            line += block.count(b"\n")
-
-
-def utf8(block: bytes, source: Any, line: int) -> str:
-    try:
-        return block.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        at = line + block.count(b"\n", 0, exc.start)
-        raise ScanInputError(f"{where(source, at)}: not UTF-8 text ({exc.reason} at byte {exc.start}); JSON Lines "
-                             "files are UTF-8") from exc
+    with open_input(path, folder) as f:
+        yield from read_text_blocks(f, path)

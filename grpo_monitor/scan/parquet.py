@@ -8,10 +8,12 @@ record batch and one step.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import InputFileError, open_input
 from .columns import ColumnMap, ScanInputError
 from .readers import generic_columns, natural_key
 from .rows import RowBuffer, StepRows
@@ -37,6 +39,38 @@ def _require_pyarrow() -> Any:
     return pq
 
 
+def open_parquet(path: Path, folder: Path | None = None) -> Any:
+    """``pyarrow.parquet.ParquetFile`` of a regular file (inside ``folder`` when given); a damaged or empty file,
+    or one with two columns of one name, is a worded :class:`ScanInputError` naming it."""
+    pq = _require_pyarrow()
+    handle = open_input(path, folder)
+    try:
+        parquet = pq.ParquetFile(handle)
+    except Exception as exc:  # pyarrow's ArrowInvalid / ArrowIOError / OSError: the file is not Parquet
+        handle.close()
+        raise ScanInputError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+    names = parquet.schema_arrow.names
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        handle.close()
+        raise ScanInputError(f"{path}: the column {twice[0]!r} appears twice; a scan cannot tell which one to read "
+                             "(rename one when writing the file)")
+    return parquet
+
+
+@contextlib.contextmanager
+def arrow_errors(path: Path) -> Iterator[None]:
+    """Inside the block, pyarrow's errors while reading ``path`` become a :class:`ScanInputError` naming it."""
+    try:
+        yield
+    except InputFileError:
+        raise
+    except Exception as exc:  # ArrowInvalid, ArrowIOError, OSError: pyarrow's view of a damaged file
+        if not (type(exc).__module__.startswith("pyarrow") or isinstance(exc, OSError)):
+            raise
+        raise ScanInputError(f"{path}: a damaged Parquet file ({type(exc).__name__}: {exc})") from None
+
+
 class ParquetReader:
     """Generic Parquet: one row per response, steps one after another."""
 
@@ -44,17 +78,18 @@ class ParquetReader:
     unit = "rows"
 
     def __init__(self, path: str | Path, columns: ColumnMap = ColumnMap(), group_size: int | None = None):
-        pq = _require_pyarrow()
         self.source = Path(path)
         self.files = parquet_files(self.source)
-        meta = [pq.ParquetFile(p).metadata for p in self.files]
+        self.folder = self.source if self.source.is_dir() else None
+        opened = [open_parquet(p, self.folder) for p in self.files]
+        meta = [f.metadata for f in opened]
         self.total = sum(m.num_rows for m in meta)
         self.notes: list[str] = []
         self.declared: dict[str, Any] = {}
-        names = pq.ParquetFile(self.files[0]).schema_arrow.names
+        names = opened[0].schema_arrow.names
         self.columns = generic_columns(names, columns, self.files[0], 1, "parquet", group_size)
-        for path_, m in zip(self.files[1:], meta[1:], strict=True):
-            missing = [n for n in self._needed() if n not in pq.ParquetFile(path_).schema_arrow.names]
+        for path_, m, f in zip(self.files[1:], meta[1:], opened[1:], strict=True):
+            missing = [n for n in self._needed() if n not in f.schema_arrow.names]
             if missing and m.num_rows:
                 raise ScanInputError(f"{path_}, row 1: no column {missing[0]!r} (parquet format), unlike "
                                      f"{self.files[0].name}; every file of the folder needs the same columns")
@@ -72,13 +107,20 @@ class ParquetReader:
         last = buf.finish()
         if last is not None:
             yield last
+        note = buf.skipped_note(c.step)
+        if note:
+            self.notes.append(note)
 
     def _read_file(self, path: Path, buf: RowBuffer) -> Iterator[StepRows]:
-        pq = _require_pyarrow()
         needed = self._needed()
         row = 1
-        for batch in pq.ParquetFile(path).iter_batches(batch_size=BATCH_ROWS, columns=needed):
-            data = {n: batch.column(n).to_pylist() for n in needed}
+        batches = open_parquet(path, self.folder).iter_batches(batch_size=BATCH_ROWS, columns=needed)
+        while True:
+            with arrow_errors(path):
+                batch = next(batches, None)
+                if batch is None:
+                    return
+                data = {n: batch.column(n).to_pylist() for n in needed}
             if self.columns.group is not None:
                 data[self.columns.group] = _hashable(data[self.columns.group])
             lines = range(row, row + batch.num_rows)

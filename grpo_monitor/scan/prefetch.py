@@ -24,10 +24,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import InputFileError, limits, using_limits
 from .columns import ColumnMap, ScanInputError
 
 #: Errors the child sends back as themselves (anything else becomes a RuntimeError).
-_KNOWN = {"ScanInputError": ScanInputError, "FileNotFoundError": FileNotFoundError, "OSError": OSError}
+_KNOWN = {"ScanInputError": ScanInputError, "InputFileError": ScanInputError, "FileNotFoundError": FileNotFoundError,
+          "OSError": OSError}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,7 +45,7 @@ class StepInfo:
 def spec_of(path: str | Path, fmt: str, columns: ColumnMap, group_size: int | None) -> str:
     """The child's argument: what to open, as JSON."""
     return json.dumps({"path": str(path), "format": fmt, "columns": dataclasses.asdict(columns),
-                       "group_size": group_size})
+                       "group_size": group_size, "limits": dataclasses.asdict(limits())})
 
 
 def prefetched_steps(path: str | Path, fmt: str, columns: ColumnMap, group_size: int | None,
@@ -110,7 +112,7 @@ def produce(spec: dict[str, Any], out: Any) -> None:
             for rows in reader.steps():
                 info = StepInfo(rows.step, rows.num_rows, rows.units, rows.advantages is not None)
                 send("step", (info, build_groups(rows, spec["group_size"])))
-        except (ScanInputError, OSError) as exc:
+        except (InputFileError, OSError) as exc:
             send("error", (type(exc).__name__ if type(exc).__name__ in _KNOWN else "OSError", str(exc)))
             return
         except Exception as exc:  # noqa: BLE001 - a bug: its text goes back to the parent
@@ -124,7 +126,9 @@ def main() -> int:
     out = sys.stdout.buffer
     sys.stdout = sys.stderr
     try:
-        produce(json.loads(sys.argv[1]), out)
+        spec = json.loads(sys.argv[1])
+        with using_limits(**spec.get("limits", {})):  # the parent's --max-line-bytes / --max-file-bytes
+            produce(spec, out)
     except BrokenPipeError:  # the parent stopped reading (an error on its side): nothing left to do
         return 1
     return 0

@@ -17,14 +17,16 @@ step, so memory holds one step, never the run.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import check_regular, first_line, loads
 from .columns import ColumnMap, Columns, ScanInputError, first_present, float_column, missing_field, where
-from .jsonlines import column, decode_lines, line_of, read_blocks, utf8
+from .jsonlines import column, decode_lines, line_of, read_blocks
 from .rows import RowBuffer, StepRows, combine_rewards, group_uids
 
 #: Field names tried, in order, when ``--columns`` leaves one out (generic JSONL and Parquet).
@@ -53,19 +55,30 @@ def verl_step_files(path: Path) -> list[tuple[int, Path]]:
     found = sorted((int(p.stem), p) for p in path.glob("*.jsonl") if p.stem.isdigit())
     if not found:
         raise ScanInputError(f"{path}: no <step>.jsonl file (verl's trainer.rollout_data_dir holds one per step)")
+    for (step, a), (again, b) in itertools.pairwise(found):
+        if step == again:
+            raise ScanInputError(f"{a} and {b} are both the dump of step {step}; a rollout_data_dir holds one "
+                                 "<step>.jsonl per step: keep one of them (or scan each folder on its own)")
     return found
 
 
-def first_record(path: Path) -> tuple[int, Any]:
-    """(line, record) of the first non-empty line of a JSONL file; (0, None) for an empty file."""
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, 1):
-            if raw.strip():
-                try:
-                    return n, json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    raise ScanInputError(f"{where(path, n)}: not a JSON object: {exc}") from exc
-    return 0, None
+def input_folder(path: Path) -> Path | None:
+    """The folder whose files a reader of ``path`` may follow symlinks within (None: ``path`` is a file)."""
+    return path if path.is_dir() else None
+
+
+def first_record(path: Path, folder: Path | None = None) -> tuple[int, Any]:
+    """(line, record) of the first non-empty line of a JSONL file; (0, None) for an empty file.
+
+    The file must be a regular file (inside ``folder`` when one is given) within the size limits.
+    """
+    n, raw = first_line(path, folder)
+    if not n:
+        return 0, None
+    try:
+        return n, loads(raw, path, n)
+    except json.JSONDecodeError as exc:
+        raise ScanInputError(f"{where(path, n)}: not a JSON object: {exc}") from exc
 
 
 class VerlReader:
@@ -77,14 +90,15 @@ class VerlReader:
     def __init__(self, path: str | Path, columns: ColumnMap = ColumnMap()):
         self.source = Path(path)
         self.files = verl_step_files(self.source)
+        self.folder = input_folder(self.source)
         self.columns = columns
-        self.total = sum(p.stat().st_size for _, p in self.files)
+        self.total = sum(check_regular(p, self.folder) for _, p in self.files)
         self.notes: list[str] = []
         self.declared: dict[str, Any] = {}
 
     def steps(self) -> Iterator[StepRows]:
         for step, path in self.files:
-            rows = read_verl_step(path, step, self.columns, self.notes)
+            rows = read_verl_step(path, step, self.columns, self.notes, self.folder)
             if rows is None:
                 self.notes.append(f"{path.name}: no rows, step {step} skipped")
                 continue
@@ -101,27 +115,35 @@ def _verl_columns(record: Any, columns: ColumnMap, path: Path, line: int) -> Col
     return columns.over(defaults).resolved()
 
 
-def read_verl_step(path: Path, step: int, columns: ColumnMap, notes: list[str]) -> StepRows | None:
+def read_verl_step(path: Path, step: int, columns: ColumnMap, notes: list[str],
+                   folder: Path | None = None) -> StepRows | None:
     """The rows of one verl dump file, or None when it holds none."""
-    data = path.read_bytes()
-    records, lines = decode_lines(utf8(data, path, 1), path, notes)
+    records: list[Any] = []
+    numbers: list[int] = []
+    size = 0
+    for text, first, nbytes, last in read_blocks(path, folder):
+        found, lines = decode_lines(text, path, notes, first, torn_ok=last)
+        records += found
+        numbers += lines if lines is not None else range(first, first + len(found))
+        size += nbytes
     if not records:
         return None
+    lines = numbers
     cols = _verl_columns(records[0], columns, path, line_of(lines, 0))
     take = functools.partial(column, records, source=path, lines=lines, fmt="verl")
     assert cols.group is not None, "verl's defaults name the group field (uid or input)"
     groups = take(cols.group)
     questions = (groups if cols.question == cols.group else take(cols.question)) if cols.question else None
     steps = [r.get(cols.step, step) for r in records]
-    if steps.count(step) != len(steps):
-        i = next(i for i, s in enumerate(steps) if s != step)
+    if steps.count(step) != len(steps) or not all(type(s) is int for s in steps):  # True == 1: not a step
+        i = next(i for i, s in enumerate(steps) if s != step or type(s) is not int)
         raise ScanInputError(f"{where(path, line_of(lines, i))}: field {cols.step!r} is {steps[i]!r} but the file is "
                              f"the dump of step {step} ({path.name}); one <step>.jsonl per step is expected")
     rewards = combine_rewards([float_column(take(k), k, path, lines) for k in cols.reward])
     adv = float_column(take(cols.advantage), cols.advantage, path, lines) if cols.advantage else None
     if cols.group == "uid":
         groups = group_uids(groups)
-    return StepRows(step, str(path), line_of(lines, 0), rewards, groups, questions, adv, len(data))
+    return StepRows(step, str(path), line_of(lines, 0), rewards, groups, questions, adv, size)
 
 
 def jsonl_files(path: Path) -> list[Path]:
@@ -166,10 +188,12 @@ class JsonlReader:
     def __init__(self, path: str | Path, columns: ColumnMap = ColumnMap(), group_size: int | None = None):
         self.source = Path(path)
         self.files = jsonl_files(self.source)
-        self.total = sum(p.stat().st_size for p in self.files)
+        self.folder = input_folder(self.source)
+        self.total = sum(check_regular(p, self.folder) for p in self.files)
         self.notes: list[str] = []
         self.declared: dict[str, Any] = {}
-        line, record = next(((ln, r) for ln, r in map(first_record, self.files) if r is not None), (0, None))
+        line, record = next(((ln, r) for ln, r in (first_record(p, self.folder) for p in self.files)
+                             if r is not None), (0, None))
         if not isinstance(record, dict):
             raise missing_field(self.files[0], max(line, 1), "step", record, "jsonl")
         self.columns = generic_columns(list(record), columns, self.files[0], line, "jsonl", group_size)
@@ -178,7 +202,7 @@ class JsonlReader:
         c = self.columns
         buf = RowBuffer(c.reward, c.group is not None, c.question is not None, c.advantage is not None)
         for path in self.files:
-            for text, first, size, last in read_blocks(path):
+            for text, first, size, last in read_blocks(path, self.folder):
                 records, lines = decode_lines(text, path, self.notes, first, torn_ok=last)
                 if lines is None:
                     lines = list(range(first, first + len(records)))
@@ -188,6 +212,9 @@ class JsonlReader:
         done = buf.finish()
         if done is not None:
             yield done
+        note = buf.skipped_note(c.step)
+        if note:
+            self.notes.append(note)
 
     def fields(self) -> list[str]:
         """The fields read from each record."""

@@ -70,7 +70,10 @@ class RowBuffer:
     """Collects the rows of one step from a stream where steps follow one another (JSONL, Parquet).
 
     Rows of a step must be contiguous and steps must increase; either breach is a worded
-    :class:`ScanInputError` naming the file and line.
+    :class:`ScanInputError` naming the file and line. Rows whose step is null (no step
+    recorded) are skipped and counted (:attr:`skipped`, :meth:`skipped_note`), never folded
+    into a neighbouring step; a step of another type (``true``) is never taken for an equal
+    number (``1``).
     """
 
     def __init__(self, reward_names: Sequence[str], has_group: bool, has_question: bool, has_advantage: bool,
@@ -80,6 +83,8 @@ class RowBuffer:
         self.unit = unit
         self.step: int | None = None
         self.last_done: int | None = None
+        self.skipped = 0
+        self.first_skipped = ""
         self._reset(None, "", 0)
 
     def _reset(self, step: int | None, source: str, line: int) -> None:
@@ -93,7 +98,7 @@ class RowBuffer:
 
     def begins(self, raw_step: Any, step_field: str, source: str, line: int) -> StepRows | None:
         """Note that a row of ``raw_step`` comes next; the finished previous step, if this starts a new one."""
-        if raw_step == self.step:
+        if type(raw_step) is int and raw_step == self.step:  # the common case, without a conversion
             return None
         step = step_number(raw_step, step_field, source, line, self.unit)
         if step == self.step:
@@ -114,6 +119,10 @@ class RowBuffer:
         """Add a batch of rows (field -> values; ``lines[i]`` numbers row i); yield each step it completes."""
         steps = batch[cols.step]
         for start, end in runs_of(steps):
+            if steps[start] is None:  # rows recorded without a step: counted, never merged into a step
+                self.skipped += end - start
+                self.first_skipped = self.first_skipped or where(source, lines[start], self.unit)
+                continue
             done = self.begins(steps[start], cols.step, source, lines[start])
             if done is not None:
                 yield done
@@ -125,6 +134,13 @@ class RowBuffer:
                     into.extend(batch[key][start:end])
             self.lines.extend(lines[start:end])
         self.units += units
+
+    def skipped_note(self, field: str) -> str | None:
+        """The note on rows skipped for a null step (None when there were none)."""
+        if not self.skipped:
+            return None
+        return (f"{self.skipped} row(s) with no step ({field!r} is null) skipped, not counted in any step; "
+                f"the first at {self.first_skipped}")
 
     def finish(self) -> StepRows | None:
         """The collected step as :class:`StepRows` (None when empty); the buffer is then empty."""
@@ -147,18 +163,23 @@ def runs_of(values: Sequence[Any]) -> list[tuple[int, int]]:
 
     >>> runs_of([1, 1, 2, 2, 2, 3])
     [(0, 2), (2, 5), (5, 6)]
+    >>> runs_of([1, True, None, None])
+    [(0, 1), (1, 2), (2, 4)]
     """
     if not len(values):
         return []
     cuts: Any = None
-    try:
-        array = np.asarray(values)
-        if array.ndim == 1 and array.dtype.kind in "iuf":
-            cuts = (np.flatnonzero(array[1:] != array[:-1]) + 1).tolist()
-    except (TypeError, ValueError):
-        pass
-    if cuts is None:
-        cuts = [i for i in range(1, len(values)) if values[i] != values[i - 1]]
+    types = set(map(type, values))
+    if len(types) == 1 and types <= {int, float}:  # numbers of one type: numpy compares them at C speed
+        try:
+            array = np.asarray(values)
+            if array.ndim == 1 and array.dtype.kind in "iuf":
+                cuts = (np.flatnonzero(array[1:] != array[:-1]) + 1).tolist()
+        except (TypeError, ValueError, OverflowError):
+            pass
+    if cuts is None:  # a change of type is a new run too: true is not 1, null is not a step
+        cuts = [i for i in range(1, len(values))
+                if type(values[i]) is not type(values[i - 1]) or values[i] != values[i - 1]]
     bounds = [0, *cuts, len(values)]
     return list(itertools.pairwise(bounds))
 

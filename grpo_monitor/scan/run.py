@@ -10,18 +10,22 @@ and the bounded question tally.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import logging
 import os
 import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..files.reading import InputFileError
+from ..files.writing import OutputDir
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
 from .groups import build_groups
@@ -51,6 +55,10 @@ class ScanResult:
     last_step: int | None = None
     advantages: bool = False
     split_groups: int = 0
+    #: steps whose group values were of several types (kept apart), the first of them, and the types seen
+    mixed_type_steps: int = 0
+    mixed_first_step: int | None = None
+    mixed_types: set[str] = dataclasses.field(default_factory=set)
     disabled: dict[str, int] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     report: Path | None = None
@@ -114,14 +122,22 @@ def _estimator(spec: str) -> str:
         raise ScanInputError(f"--estimator: {spec!r} could not be declared: {exc}") from exc
 
 
+def _check_estimator(estimator: str | None) -> None:
+    """An unknown ``--estimator`` is one line naming the closest registry names."""
+    from ..estimators.registry import ESTIMATORS, unknown_estimator
+
+    if estimator is not None and estimator != "auto" and ":" not in estimator and estimator not in ESTIMATORS:
+        raise ScanInputError(str(unknown_estimator(estimator, "--estimator")))
+
+
 def prepare_out(out: Path, overwrite: bool) -> None:
-    """Create ``out``; refuse (or, with ``overwrite``, clear) the outputs of an earlier scan there."""
+    """Create ``out``; refuse the outputs of an earlier scan there unless ``overwrite`` (they are replaced only
+    once the new scan has read its whole input)."""
     out.mkdir(parents=True, exist_ok=True)
-    present = [name for name in OUTPUTS if (out / name).exists()]
+    present = [name for name in OUTPUTS if (out / name).exists() or (out / name).is_symlink()]
     if present and not overwrite:
         raise ScanInputError(f"{out} already holds {', '.join(present)} (an earlier scan?); pass --overwrite to "
                              "replace them, or another --out")
-    remove_outputs(out)
 
 
 def remove_outputs(out: Path) -> None:
@@ -172,17 +188,71 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
     ValueError) naming the file, the line and the field when a record does not fit, and
     for bad options.
     """
+    try:
+        return _scan(path, Path(out), fmt, group_size, estimator, columns, overwrite, quiet, console, report,
+                     tensorboard, prefetch)
+    except InputFileError as exc:
+        if isinstance(exc, ScanInputError):
+            raise
+        raise ScanInputError(str(exc)) from exc
+
+
+def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimator: str | None, columns: ColumnMap,
+          overwrite: bool, quiet: bool, console: Any, report: bool, tensorboard: bool,
+          prefetch: bool | None) -> ScanResult:
     if group_size is not None and (not isinstance(group_size, int) or group_size < 2):
         raise ScanInputError(f"--group-size must be an integer >= 2, but got {group_size!r}")
+    _check_estimator(estimator)
     reader = open_reader(path, fmt, columns, group_size)
     config = monitor_config(reader.declared, group_size, estimator)
-    out = Path(out)
-    if out.resolve() == reader.source.resolve():
-        raise ScanInputError(f"--out {out} is where the records are read from; choose another output folder")
+    check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
+    created = not out.exists()
     prepare_out(out, overwrite)
+    staging = Path(tempfile.mkdtemp(prefix=".grpo-monitor-scan-", dir=out))
+    try:
+        result = _scan_into(staging, path, reader, config, columns, estimator, quiet, console, tensorboard, prefetch)
+    except Exception:  # a record that does not fit (or a fault): --out stays as it was, earlier outputs included
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise
+    _move_outputs(staging, out, result)
+    if report:
+        result.report = _report(out, result.notes)
+    return result
+
+
+def _move_outputs(staging: Path, out: Path, result: ScanResult) -> None:
+    """The scan's outputs, written into ``staging``, replace an earlier scan's in ``out`` (the input validated)."""
+    remove_outputs(out)
+    for name in OUTPUTS:
+        if (staging / name).exists():
+            os.rename(staging / name, out / name)
+    shutil.rmtree(staging, ignore_errors=True)
+    result.out = out
+    result.tensorboard = out / TB_NAME if result.tensorboard is not None else None
+
+
+def check_out(out: Path, inputs: list[Path]) -> None:
+    """Refuse an output folder that is, or holds, something the scan reads (``--overwrite`` would delete it)."""
+    target = out.resolve()
+    for source in inputs:
+        real = source.resolve()
+        if real == target or target in real.parents:
+            how = "is" if real == target else "holds"
+            raise ScanInputError(f"--out {out} {how} the input {source}; a scan never writes where it reads "
+                                 "(--overwrite would delete it): choose another --out")
+
+
+def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: ColumnMap, estimator: str | None,
+               quiet: bool, console: Any, tensorboard: bool, prefetch: bool | None) -> ScanResult:
+    """The scan loop, writing ``monitor.jsonl``, the TensorBoard events and ``run.json`` into ``out`` (the
+    staging folder)."""
     result = ScanResult(Path(path), reader.format, out, _config_text(config, reader.declared, estimator),
                         questions=QuestionTally(cap=config.history_cap))
-    (out / "run.json").write_text(json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
+    with OutputDir(out) as folder:
+        folder.write(LOG_NAME, b"")  # created fresh (never through a symlink); the JSONL sink appends to it
     sinks = _sinks(out, tensorboard)
     result.tensorboard = out / TB_NAME if len(sinks) > 1 else None
     progress = DelayedProgress(reader.total, reader.unit, f"scanning {reader.format}", quiet, console)
@@ -190,14 +260,10 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
     found: list[str] = []
     steps = prefetched_steps(reader.source, reader.format, columns, config.group_size, found) if ahead else \
         _in_process(reader, config.group_size)
-    try:
-        _feed(steps, config, sinks, result, progress)
-    except ScanInputError:  # a record that does not fit: what was written is not the run's audit
-        remove_outputs(out)
-        raise
+    _feed(steps, config, sinks, result, progress)
     _gather_notes(result, reader.notes + found)
-    if report:
-        result.report = _report(out, result.notes)
+    with OutputDir(out) as folder:
+        folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
     return result
 
 
@@ -206,6 +272,10 @@ def _gather_notes(result: ScanResult, read: list[str]) -> None:
     notes = [f"INCOMPLETE: an internal fault of the monitor switched its {part!r} part off at step {step} (see the "
              "log); later steps were not checked" for part, step in result.disabled.items()]
     notes += list(dict.fromkeys(read)) + result.notes
+    if result.mixed_type_steps:
+        notes.append(f"group values of several types ({', '.join(sorted(result.mixed_types))}) in "
+                     f"{result.mixed_type_steps} step(s) from step {result.mixed_first_step}: kept as separate groups "
+                     "(1, true and 1.0 are three groups); write the group ids with one type if they are one group")
     if result.split_groups:
         notes.append(f"{result.split_groups} group(s) came from a prompt that held k x group_size rows in one step, "
                      "cut into groups of group_size in row order")
@@ -270,6 +340,10 @@ def _count(result: ScanResult, info: StepInfo, groups: Any) -> None:
     result.first_step = info.step if result.first_step is None else result.first_step
     result.last_step = info.step
     result.split_groups += groups.split_groups
+    if groups.mixed_types:
+        result.mixed_type_steps += 1
+        result.mixed_first_step = info.step if result.mixed_first_step is None else result.mixed_first_step
+        result.mixed_types.update(groups.mixed_types)
 
 
 def _report(out: Path, notes: list[str]) -> Path | None:

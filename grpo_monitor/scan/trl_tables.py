@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from ..files.reading import check_regular, loads, read_input
 from .columns import ColumnMap, ScanInputError, describe, float_column, step_number
 from .rows import StepRows, combine_rewards, runs_of
 
@@ -73,6 +74,7 @@ def wandb_run_meta(run: Path) -> dict[str, Any]:
     try:
         from ..sinks.wandb_reader import history_rows, read_wandb_records
 
+        check_regular(files[-1], run)  # a FIFO or a device there would hang or never end
         records = read_wandb_records(files[-1])
     except (ImportError, ValueError, OSError):
         return {}
@@ -110,6 +112,26 @@ def declared_settings(config: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def wandb_table(table: Any, path: Path) -> tuple[list[str], list[list[Any]]]:
+    """(column names, rows) of a decoded W&B table file, each row as long as the column list; else worded."""
+    expected = 'expected {"columns": [names], "data": [[cells], ...]}'
+    if not isinstance(table, dict):
+        raise ScanInputError(f"{path}: not a W&B table file ({expected}), but got {describe(table)}")
+    names, data = table.get("columns"), table.get("data")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ScanInputError(f"{path}: the table's \"columns\" should be a list of names ({expected}), but got "
+                             f"{describe(names)}")
+    if not isinstance(data, list):
+        raise ScanInputError(f"{path}: the table's \"data\" should be a list of rows ({expected}), but got "
+                             f"{describe(data)}")
+    for i, row in enumerate(data):
+        if not isinstance(row, list) or len(row) != len(names):
+            cells = f"{len(row)} cells" if isinstance(row, list) else describe(row)
+            raise ScanInputError(f"{path}, row {i + 1}: {cells} but the table has {len(names)} columns "
+                                 f"({', '.join(names)}); a W&B table row holds one cell per column")
+    return names, data
+
+
 class TrlTableReader:
     """TRL's completions tables from an offline W&B run (``trl-wandb``) or TRL's Parquet files (``trl-parquet``)."""
 
@@ -118,6 +140,7 @@ class TrlTableReader:
     def __init__(self, path: str | Path, fmt: str, columns: ColumnMap = ColumnMap()):
         self.format = fmt
         self.source = Path(path)
+        self.folder = self.source if self.source.is_dir() else None
         meta: dict[str, Any] = {}
         if fmt == "trl-wandb":
             self.files = wandb_table_files(self.source)
@@ -128,7 +151,7 @@ class TrlTableReader:
         self.reward_names = meta.get("reward_names", set())
         self.declared = declared_settings(self.config)
         self.columns = columns.over(ColumnMap(step="step", group="prompt", advantage="advantage", question="prompt"))
-        self.total = sum(p.stat().st_size for p in self.files)
+        self.total = sum(check_regular(p, self.folder) for p in self.files)
         self.notes: list[str] = []
         self._previous: tuple[tuple[Any, ...], ...] | None = None
         self._last_step: int | None = None
@@ -158,24 +181,24 @@ class TrlTableReader:
                 continue
             step_rows = self._step_rows(path, names, rows)
             if step_rows is not None:
-                step_rows.units = path.stat().st_size
+                step_rows.units = check_regular(path, self.folder)
                 yield step_rows
 
     def _load(self, path: Path) -> tuple[list[str], list[list[Any]]]:
         """(column names, rows) of one table file."""
         if self.format == "trl-parquet":
-            import pyarrow.parquet as pq
+            from .parquet import arrow_errors, open_parquet
 
-            table = pq.read_table(path)
-            names = table.column_names
-            columns = [table.column(n).to_pylist() for n in names]
+            with arrow_errors(path):
+                table = open_parquet(path, self.folder).read()
+                names = table.column_names
+                columns = [table.column(n).to_pylist() for n in names]
             return names, [list(r) for r in zip(*columns, strict=True)]
         try:
-            table = json.loads(path.read_bytes())
-            return list(table["columns"]), table["data"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ScanInputError(f"{path}: not a W&B table file (expected {{\"columns\": [...], \"data\": "
-                                 f"[[...], ...]}}): {exc!r}") from exc
+            table = loads(read_input(path, self.folder), path)
+        except json.JSONDecodeError as exc:
+            raise ScanInputError(f"{path}: not a W&B table file (not JSON: {exc})") from exc
+        return wandb_table(table, path)
 
     def _step_rows(self, path: Path, names: list[str], rows: list[list[Any]]) -> StepRows | None:
         index = {n: i for i, n in enumerate(names)}

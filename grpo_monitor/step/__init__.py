@@ -5,7 +5,8 @@
 3. :mod:`.sync` (over :mod:`.distributed`): one collective and one host copy into a frozen ``SyncedStep``;
 4. :mod:`.checks`: pure; the synced step's violations and the estimator judgement, as data;
 5. :mod:`.metrics`: pure; the synced step's metric values and its ``StepReport``;
-6. :mod:`.guard`: fail-open for the monitor's own faults around every public call.
+6. :mod:`.guard`: fail-open for the monitor's own faults around every public call;
+7. :mod:`.weights`: the loss's token weights (rows kept per step, summarised after the sync).
 
 What crosses steps lives in :mod:`grpo_monitor.run`.
 """

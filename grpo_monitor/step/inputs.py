@@ -345,6 +345,35 @@ def step_arg(step: Any, current: int) -> int:
     return value
 
 
+def loss_arg(loss: Any) -> torch.Tensor | None:
+    """``observe_loss``'s ``loss``: None, or a one-element tensor (kept on its autograd graph)."""
+    if loss is None:
+        return None
+    if not isinstance(loss, torch.Tensor):
+        raise InputTypeError(f"loss must be the loss tensor (a one-element torch.Tensor the trainer calls backward() "
+                             f"on), but got {type(loss).__name__}")
+    if loss.numel() != 1:
+        raise InputValueError(f"loss must be a scalar (one element), but got shape {tuple(loss.shape)}; pass the "
+                              "reduced loss, not the per-token loss")
+    if loss.is_complex() or not loss.is_floating_point():
+        raise InputTypeError(f"loss must be a real floating-point tensor, but got dtype {loss.dtype}")
+    return loss
+
+
+def rows_arg(rows: Any, mask: Any) -> torch.Tensor | None:
+    """``observe_loss``'s ``rows``: one integer index per row of ``mask`` into the latest rollout's rows."""
+    if rows is None:
+        return None
+    t = as_tensor(rows, "rows")
+    if t.is_floating_point() or t.dtype == torch.bool:
+        raise InputTypeError(f"rows must hold integer row indices, but got dtype {t.dtype}")
+    n = getattr(mask, "shape", (None,))[0]
+    if t.dim() != 1 or (n is not None and len(t) != n):
+        raise InputValueError(f"rows has shape {tuple(t.shape)} but mask has {n} rows; pass one rollout row "
+                              "index per row of the micro-batch")
+    return t.to(torch.int64)
+
+
 def user_metrics(metrics: object) -> dict[str, float]:
     """``add_metrics``' argument checked: non-empty string keys outside the monitor's own
     sections (``grpo/<section>/...`` for the sections in ``MONITOR_SECTIONS``), finite numbers.

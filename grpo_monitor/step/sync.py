@@ -34,6 +34,8 @@ class SyncedStep:
     ledger: dict[str, float] | None = None
     tokens: dict[str, float] | None = None
     groups: HostGroups | None = None
+    weights: torch.Tensor | None = None  # the step's loss-weight rows (grpo_monitor.step.weights), this rank's
+    all_weights: tuple | None = None  # every rank's rows (numpy arrays or None), in rank order, on several ranks
 
     @property
     def has_rollout(self) -> bool:
@@ -41,12 +43,12 @@ class SyncedStep:
 
 
 def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scope: bool, final: bool,
-              collective: bool = True) -> SyncedStep:
+              collective: bool = True, weights: torch.Tensor | None = None) -> SyncedStep:
     """Sync the pending rollout statistics and, when ``final``, the ledger, tokens and per-group arrays.
 
     ``global_scope`` (``rollout_scope="global"``: every rank holds the whole rollout) keeps
     the rollout and ledger slots local instead of reducing them; ``collective=False`` skips
-    every cross-rank step.
+    every cross-rank step. ``weights`` (a final sync's loss-weight rows) rides the same host copy.
     """
     device = acc.device or torch.device("cpu")
     parts = [("rollout", ROLLOUT, acc.rollout_pending, global_scope)]
@@ -59,7 +61,7 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
         keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
         vec = all_reduce_fields(vec, layout, keep)
-    arrays = acc.group_arrays() if final else []
+    arrays = ([weights] if final and weights is not None else []) + (acc.group_arrays() if final else [])
     host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
     pieces, offset = {}, 0
     for name, lay, _, _ in parts:
@@ -71,10 +73,20 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
                      tuple(acc.pending_rollouts()))
     if not final:
         return out
+    weight_rows = None
+    if weights is not None:
+        weight_rows, offset = host[offset:offset + weights.numel()], offset + weights.numel()
     groups = acc.host_groups(host[offset:].numpy())
+    all_weights = None
+    if collective and rank_and_world()[1] > 1:  # every rank joins: one object gather (rows, and shard groups)
+        mine = weight_rows.numpy() if weight_rows is not None else None
+        gathered = gather_objects((None if global_scope else groups, mine))
+        all_weights = tuple(w for _, w in gathered)
+        if not global_scope:
+            groups = HostGroups.union([g for g, _ in gathered])
     return dataclasses.replace(
         out, ledger=LEDGER.to_dict(pieces["ledger"].tolist()), tokens=_tokens(pieces.get("tokens"), acc, token_layout),
-        groups=groups if global_scope or not collective else union_groups(groups),
+        groups=groups, weights=weight_rows, all_weights=all_weights,
     )
 
 

@@ -57,8 +57,9 @@ def test_reference_is_pure(est):
     np.testing.assert_array_equal(est(rewards, gid, lengths=lengths), first)
 
 
-def test_get_lists_the_names():
-    with pytest.raises(ValueError, match=r"unknown estimator 'grpo'.*'bessel'"):
+def test_get_names_the_closest_names():
+    """An unknown name gets one line with the closest registry names (difflib)."""
+    with pytest.raises(ValueError, match=r"^unknown estimator 'grpo'; did you mean '[a-z_.]*grpo'"):
         get("grpo")
 
 

@@ -234,3 +234,33 @@ def test_a_branch_computing_another_valid_convention_is_an_error(slot, fname, kw
             core_algos.get_adv_estimator_fn(slot)(token_level_rewards=rewards, response_mask=mask, index=uid, **kwargs)
     finally:
         gverl.detach()
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+def test_loss_agg_mode_declared_and_driver_weights_derived(mode, tmp_path):
+    """actor.loss_agg_mode declares the aggregation; the driver's weights are derived from response_mask."""
+    from omegaconf import OmegaConf
+
+    actor = OmegaConf.create({"loss_agg_mode": mode, "loss_scale_factor": None})
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path), strict=True, **gverl.loss_config(actor)))
+    gverl.attach(mon)
+    try:
+        rewards, mask, uid, scores = shuffled_batch(constant={0: 1.0})
+        core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)
+        report = mon.end_step()
+    finally:
+        gverl.detach()
+    m = report.metrics
+    from grpo_monitor.stats.aggregations import AGGREGATIONS, resolve
+
+    assert m["grpo/weights/measured"] == 0.0
+    assert m["grpo/weights/aggregation_id"] == AGGREGATIONS[resolve(mode)[0]].index
+    assert m["grpo/weights/degenerate_share"] == 0.0
+    # derived: each response weighs |A| x L / D(L); the longest quarter's share from the mask directly
+    lengths = mask.sum(-1).double()
+    adv = core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)[0]
+    row_adv = adv[:, 0].double().abs()
+    per_row = row_adv * (torch.ones_like(lengths) if mode == "seq-mean-token-mean" else lengths)
+    top = torch.argsort(-lengths, stable=True)[: len(lengths) // 4]
+    assert m["grpo/weights/long_quarter_share"] == pytest.approx(float(per_row[top].sum() / per_row.sum()), rel=1e-9)

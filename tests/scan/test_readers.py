@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from grpo_monitor.files.reading import InputFileError, read_text_blocks
 from grpo_monitor.scan import ScanInputError, detect_format, open_reader, parse_columns
-from grpo_monitor.scan.jsonlines import read_blocks
 from grpo_monitor.scan.rows import group_uids
 
 
@@ -126,9 +126,11 @@ def test_jsonl_blocks_cut_at_line_ends_and_steps_span_blocks(tmp_path):
     """A file read in small blocks gives whole lines with true line numbers, and the same steps as one block."""
     rows = [{"step": s // 10, "group": s // 5, "reward": float(s % 3 == 0)} for s in range(60)]
     path = write_jsonl(tmp_path / "r.jsonl", rows)
-    blocks = list(read_blocks(path, size=100))
-    assert "".join(text for text, _, _, _ in blocks) == path.read_text()
-    assert [first for _, first, _, _ in blocks][:2] == [1, 1 + blocks[0][0].count("\n")] and blocks[-1][3]
+    with open(path, "rb") as f:
+        blocks = list(read_text_blocks(f, path, block=100))
+    assert "\n".join(text for text, _, _, _ in blocks) + "\n" == path.read_text()
+    assert sum(size for _, _, size, _ in blocks) == path.stat().st_size
+    assert [first for _, first, _, _ in blocks][:2] == [1, 2 + blocks[0][0].count("\n")] and blocks[-1][3]
     assert [(s.step, s.num_rows) for s in steps_of(path)] == [(k, 10) for k in range(6)]
 
 
@@ -136,7 +138,7 @@ def test_not_utf8_is_named_with_its_line(tmp_path):
     """Bytes that are not UTF-8 name the line they are on."""
     path = tmp_path / "r.jsonl"
     path.write_bytes(b'{"step": 0, "group": 1, "reward": 1}\n{"step": 0, "group": "\xff", "reward": 1}\n')
-    with pytest.raises(ScanInputError, match=r"r\.jsonl, line 2: not UTF-8"):
+    with pytest.raises(InputFileError, match=r"r\.jsonl, line 2: not UTF-8"):  # scan_rollouts: ScanInputError
         steps_of(path)
 
 

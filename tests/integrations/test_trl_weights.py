@@ -1,0 +1,102 @@
+"""TRL's GRPOTrainer (real, tiny model, CPU): every loss_type's token weights measured inside compute_loss.
+
+Each ``loss_type`` TRL 1.16 accepts is run with and without gradient accumulation; the monitor
+measures ``dloss/dlogprobs`` of TRL's own loss and must identify the aggregation TRL documents
+(``docs/loss_weights.md``), with no violation. A subclass that divides by each row's length
+under ``dr_grpo`` must stop ``train()`` with ``loss_aggregation``. ``beta=0`` keeps the KL term
+out (rows with a KL term are measured, not checked); 16 completion tokens make lengths vary.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow
+
+from trl import GRPOTrainer  # noqa: E402
+
+from grpo_monitor import InvariantViolation, MonitorConfig  # noqa: E402
+from grpo_monitor.integrations import trl as gtrl  # noqa: E402
+from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
+from grpo_monitor.stats.aggregations import AGGREGATIONS, resolve  # noqa: E402
+from tiny_trl import make_trainer  # noqa: E402
+
+LOSS_TYPES = {  # loss_type -> extra GRPOConfig arguments TRL needs for it
+    "grpo": {}, "bnpo": {}, "dr_grpo": {}, "dapo": {}, "sapo": {}, "vespo": {},
+    "cispo": {"epsilon_high": 5.0},  # TRL's recommended value; below 1 the clip acts at ratio 1
+    "luspo": {"importance_sampling_level": "sequence"},
+}
+
+
+def has_a(prompts, completions, **_):
+    """1 if the completion holds an 'a', else 0: binary rewards, so a constant group's advantage is exactly 0."""
+    return [float("a" in c) for c in completions]
+
+
+def _run(model, out, loss_type: str, accumulation: int, trainer_cls=None, config=None, steps: int = 1):
+    sink = JSONLSink(out / "grpo.jsonl")
+    trainer = make_trainer(model, out / "run", trainer_cls=trainer_cls, reward_funcs=[has_a], beta=0.0,
+                           loss_type=loss_type, max_completion_length=16, max_steps=steps,
+                           per_device_train_batch_size=8 // accumulation, gradient_accumulation_steps=accumulation,
+                           **LOSS_TYPES[loss_type])
+    monitor = gtrl.attach(trainer, config=config, sinks=[sink])
+    return trainer, monitor, sink
+
+
+@pytest.mark.parametrize("accumulation", [1, 2], ids=["no-accumulation", "accumulation-2"])
+@pytest.mark.parametrize("loss_type", list(LOSS_TYPES))
+def test_every_loss_type_is_its_documented_aggregation(loss_type, accumulation, tiny_model_path, tmp_path):
+    """Declared from loss_type and checked on TRL's measured weights: no violation, the documented id, exact zeros
+    on degenerate groups."""
+    trainer, monitor, _ = _run(tiny_model_path, tmp_path, loss_type, accumulation)
+    trainer.train()
+    assert monitor.config.loss_aggregation == f"trl.{loss_type}"
+    records = read_jsonl(tmp_path / "grpo.jsonl")
+    name, _ = resolve(f"trl.{loss_type}")
+    assert len(records) == 1
+    for rec in records:
+        m = rec["metrics"]
+        assert rec["violations"] == [], rec["violations"]
+        assert m["grpo/weights/measured"] == 1.0
+        assert m["grpo/weights/aggregation_id"] == AGGREGATIONS[name].index
+        assert m["grpo/weights/degenerate_share"] == 0.0  # binary rewards: constant groups at advantage 0
+        if "grpo/weights/length_slope" in m and m["grpo/groups/effective_prompts"] > 0:
+            assert m["grpo/weights/length_slope"] == pytest.approx(0.0 if name == "seq_mean_token_mean" else 1.0,
+                                                                   abs=1e-4)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_auto_fit_finds_the_aggregation_without_a_declaration(loss_type, tiny_model_path, tmp_path):
+    """With loss_aggregation='auto' the fit alone names the aggregation (dr_grpo's T = the padded width reads as
+    seq_mean_token_sum_norm when a response reaches max_completion_length)."""
+    trainer, _, _ = _run(tiny_model_path, tmp_path, loss_type, 2, config=MonitorConfig(loss_aggregation="auto"),
+                         steps=1)
+    trainer.train()
+    m = read_jsonl(tmp_path / "grpo.jsonl")[0]["metrics"]
+    name, _ = resolve(f"trl.{loss_type}")
+    allowed = {AGGREGATIONS[name].index}
+    if loss_type == "dr_grpo":
+        allowed.add(AGGREGATIONS["seq_mean_token_sum_norm"].index)
+    assert m["grpo/weights/aggregation_id"] in allowed
+
+
+class PerRowLengthDrGRPO(GRPOTrainer):
+    """Declares dr_grpo but divides each row by its own length (TRL's grpo reduction) inside the loss."""
+
+    def _compute_loss(self, model, inputs):
+        self.loss_type = "grpo"
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self.loss_type = "dr_grpo"
+
+
+def test_subclass_that_changes_the_aggregation_stops_train(tiny_model_path, tmp_path):
+    """The per-row length division under a declared dr_grpo is loss_aggregation, raised out of train()."""
+    trainer, monitor, _ = _run(tiny_model_path, tmp_path, "dr_grpo", 2, trainer_cls=PerRowLengthDrGRPO)
+    assert monitor.config.loss_aggregation == "trl.dr_grpo" and monitor.config.loss_normalizer == 16
+    with pytest.raises(InvariantViolation) as err:
+        trainer.train()
+    v = next(v for v in err.value.violations if v.invariant == "loss_aggregation")
+    assert "measured w" in v.observed and "seq_mean_token_mean" in v.observed
