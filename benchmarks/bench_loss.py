@@ -61,12 +61,14 @@ from grpo_monitor.stats.tokens import TOKEN_FIELDS, native_build, token_inputs, 
 from grpo_monitor.stats.tokens import backends as bk  # noqa: E402
 
 T = 4096
+SAMPLER_INPUTS = ", sampler_logprobs, entropy"
 SIZES = {"1M": 1 << 20, "8M": 1 << 23, "32M": 1 << 25}
 BACKENDS: dict[str, bk.Backend] = {"native": bk.NATIVE, "compiled": bk.COMPILED, "eager": bk.EAGER}
 
 
-def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1) -> dict[str, Any]:
-    """Float32 (B, 4096) token tensors: right-padded responses, garbage in the padding."""
+def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1, sampler: bool = False) -> dict[str, Any]:
+    """Float32 (B, 4096) token tensors: right-padded responses, garbage in the padding; with ``sampler``,
+    also ``sampler_logprobs`` (old minus bf16-sized noise) and per-token ``entropy``."""
     gen = torch.Generator().manual_seed(seed)
     B = max(1, tokens // T)
     lengths = torch.randint(T // 8, T + 1, (B, 1), generator=gen)
@@ -76,7 +78,11 @@ def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1) -> dict[str, An
     ref = logprobs + spread * torch.randn(B, T, generator=gen)
     old = logprobs + spread / 2 * torch.randn(B, T, generator=gen)
     logprobs[mask == 0] = float("nan")
-    return dict(mask=mask, advantages=adv, logprobs=logprobs, ref_logprobs=ref, old_logprobs=old)
+    out = dict(mask=mask, advantages=adv, logprobs=logprobs, ref_logprobs=ref, old_logprobs=old)
+    if sampler:
+        out["sampler_logprobs"] = old - 0.02 * torch.randn(B, T, generator=gen)
+        out["entropy"] = torch.rand(B, T, generator=gen) * 2
+    return out
 
 
 def floor(x: dict[str, torch.Tensor]) -> None:
@@ -137,9 +143,10 @@ def first_call(name: str, inputs) -> float:
     return run_times(lambda: BACKENDS[name].run(inputs), 1)[0]
 
 
-def time_size(tokens: int, reps: int, names: list[str], trainer: bool, spread: float) -> dict[str, dict]:
+def time_size(tokens: int, reps: int, names: list[str], trainer: bool, spread: float,
+              sampler: bool = False) -> dict[str, dict]:
     """``{column: {"median", "min", "first"}}`` in seconds: each backend after one warm-up call, then the floor."""
-    x = make_inputs(tokens, spread=spread)
+    x = make_inputs(tokens, spread=spread, sampler=sampler)
     inputs = token_inputs(**x)
     row: dict[str, dict] = {}
     for name in names:
@@ -152,7 +159,7 @@ def time_size(tokens: int, reps: int, names: list[str], trainer: bool, spread: f
         row[name] = {"median": statistics.median(times), "min": min(times), "first": first}
     times = run_times(lambda: floor(x), reps)
     row["floor"] = {"median": statistics.median(times), "min": min(times)}
-    if trainer:
+    if trainer and not sampler:
         trainer_pattern(x)
         times = run_times(lambda: trainer_pattern(x), max(3, reps // 3))
         row["trainer"] = {"median": statistics.median(times), "min": min(times)}
@@ -231,6 +238,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--spread", type=float, default=0.1, help="scale of ref/old minus logprobs (default 0.1)")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-size memory subprocess")
     ap.add_argument("--no-trainer", action="store_true", help="skip timing the trainer pattern")
+    ap.add_argument("--sampler", action="store_true", help="add sampler_logprobs and entropy (seven inputs): the "
+                    "grpo/mismatch and grpo/entropy slots ride in the same pass; the C kernel passes them to compiled")
     ap.add_argument("--_memory", type=int, help=argparse.SUPPRESS)
     return ap.parse_args()
 
@@ -248,11 +257,12 @@ def main() -> None:
         raise SystemExit(f"--backends takes some of {list(BACKENDS)}; got {sorted(unknown)}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {os.getloadavg()[0]:.1f}; float32 inputs "
-          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs), T = {T}, spread {args.spread}; "
+          f"(mask, advantages, logprobs, ref_logprobs, old_logprobs{SAMPLER_INPUTS if args.sampler else ''}"
+          f"), T = {T}, spread {args.spread}; "
           f"{args.reps} runs after warm-up")
     print(f"{'tokens':>6} {'column':>9} {'median / min':>23} {'x floor':>8}  {'first':>8}")
     for label, tokens in parse_sizes(args.sizes):
-        row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread)
+        row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread, args.sampler)
         print_row(label, row, None if args.no_memory else memory_in_subprocess(tokens, args.threads))
     rows = min(max(tokens for _, tokens in parse_sizes(args.sizes)) // T, bk.CompiledBackend.block // T)
     nf = len(TOKEN_FIELDS)

@@ -11,6 +11,7 @@ When every rank already holds the gathered rollout (as in TRL), use
 
 from __future__ import annotations
 
+import argparse
 import os
 import socket
 import tempfile
@@ -22,6 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
+from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink
 
 G, GROUPS_PER_RANK, WORLD = 4, 4, 2
@@ -51,20 +53,29 @@ def worker(rank: int, port: int, out: str) -> None:
                 print(f"step {step}: {m['grpo/groups/total']:.0f} groups over {WORLD} ranks, "
                       f"degenerate rate {m['grpo/groups/degenerate_rate']:.3f}")
     except InvariantViolation as exc:
-        print(f"rank {rank} stopped at step {monitor.step - 1}: {[v.invariant for v in exc.violations]}")
+        print(f"rank {rank} stopped at step {monitor.step - 1} by {[v.invariant for v in exc.violations]}")
     finally:
         monitor.close()
         dist.destroy_process_group()
 
 
-def main() -> int:
-    out = tempfile.mkdtemp(prefix="grpo-dist-")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(port, out), nprocs=WORLD, join=True)
-    written = sorted(p.name for p in Path(out).glob("*.jsonl"))
-    print(f"sink files: {written} (rank 0 only)")
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the run's files (default: a temporary folder, removed at the end)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="grpo-dist-") as scratch:
+        out = args.out or Path(scratch)
+        out.mkdir(parents=True, exist_ok=True)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(worker, args=(port, str(out)), nprocs=WORLD, join=True)
+        written = sorted(p.name for p in out.glob("*.jsonl"))
+        print(f"sink files: {written} (rank 0 only)")
+        print("\n".join(log_digest(out / "grpo-rank0.jsonl")))  # the monitor's words and severities
+        if not args.out:
+            print("files removed with their temporary folder (pass --out DIR to keep them)")
     return 0
 
 

@@ -20,6 +20,7 @@ from transformers import Trainer, TrainingArguments
 
 from grpo_monitor import MonitorConfig
 from grpo_monitor.integrations import hf
+from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink, read_jsonl
 
 G, T, V, PROMPTS = 4, 6, 5, 16
@@ -62,23 +63,33 @@ class ToyGRPOTrainer(Trainer):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="grpo-hf-")))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the run's files (default: a temporary folder, removed at the end)")
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="grpo-hf-") as scratch:
+        train(args.out or Path(scratch), args.steps)
+        if not args.out:
+            print("log removed with its temporary folder (pass --out DIR to keep it)")
+    return 0
+
+
+def train(out: Path, steps: int) -> None:
+    """Train with the monitor attached; print each step's headline numbers and what the log holds."""
     torch.manual_seed(0)
     training_args = TrainingArguments(
-        output_dir=str(args.out / "trainer"), use_cpu=True, max_steps=args.steps, per_device_train_batch_size=4,
+        output_dir=str(out / "trainer"), use_cpu=True, max_steps=steps, per_device_train_batch_size=4,
         gradient_accumulation_steps=2, learning_rate=0.5, report_to="none", save_strategy="no",
         remove_unused_columns=False, disable_tqdm=True, logging_steps=1,
     )
     trainer = ToyGRPOTrainer(model=TablePolicy(), args=training_args, train_dataset=Prompts())
     trainer.monitor = hf.attach(trainer, config=MonitorConfig(group_size=G, std_convention="population"),
-                                sinks=[JSONLSink(args.out / "grpo.jsonl")])
+                                sinks=[JSONLSink(out / "grpo.jsonl")])
     trainer.train()
-    for record in read_jsonl(args.out / "grpo.jsonl"):
+    for record in read_jsonl(out / "grpo.jsonl"):
         m = record["metrics"]
         print(f"step {record['step']}: degenerate rate {m['grpo/groups/degenerate_rate']:.2f}, "
               f"groups {m['grpo/groups/total']:.0f}, tokens {m['grpo/tokens/valid']:.0f}")
-    return 0
+    print("\n".join(log_digest(out / "grpo.jsonl")))
 
 
 if __name__ == "__main__":

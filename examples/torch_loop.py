@@ -3,8 +3,11 @@
 A toy policy (a table of logits per prompt and position) samples G=4 responses per prompt;
 the reward is the fraction of token 0. Each step: ``observe_rollout`` with the (B, G)
 rewards and advantages, ``observe_loss`` with the token tensors of each micro-batch, and
-``end_step`` (here through ``monitored_steps``). Run: ``python examples/torch_loop.py``.
-Pass ``--bug`` to compute the std over the wrong axis and watch the run stop.
+``end_step`` (here through ``monitored_steps``). At the end it prints what the JSONL log
+holds: every violation as the monitor worded it, with its severity, and the counts. Run:
+``python examples/torch_loop.py`` (``--out DIR`` keeps the log; by default it goes to a
+temporary folder, removed at the end). Pass ``--bug`` to compute the std over the wrong
+axis and watch the run stop.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.integrations.hf import monitored_steps
+from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink
 
 G, T, V, PROMPTS = 4, 6, 5, 16
@@ -41,20 +45,32 @@ def advantages(rewards: torch.Tensor, bug: bool) -> torch.Tensor:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="grpo-torch-")))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the run's files (default: a temporary folder, removed at the end)")
     parser.add_argument("--bug", action="store_true")
     args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="grpo-torch-") as scratch:
+        out = args.out or Path(scratch)
+        code = train(out, args.steps, args.bug)
+        print("\n".join(log_digest(out / "grpo.jsonl")))
+        print(f"log: {out / 'grpo.jsonl'}" if args.out else "log removed with its temporary folder "
+              "(pass --out DIR to keep it)")
+    return code
+
+
+def train(out: Path, steps: int, bug: bool) -> int:
+    """The loop; 1 when the monitor stopped it."""
     gen = torch.Generator().manual_seed(0)
     logits = torch.zeros(PROMPTS, T, V, requires_grad=True)
     opt = torch.optim.SGD([logits], lr=2.0)
-    config = MonitorConfig(group_size=G, std_convention="population", repro_dir=str(args.out / "repro"))
-    monitor = GRPOMonitor(config, sinks=[JSONLSink(args.out / "grpo.jsonl")])
+    config = MonitorConfig(group_size=G, std_convention="population", repro_dir=str(out / "repro"))
+    monitor = GRPOMonitor(config, sinks=[JSONLSink(out / "grpo.jsonl")])
     try:
-        for step in monitored_steps(monitor, range(args.steps)):
+        for step in monitored_steps(monitor, range(steps)):
             prompt_ids = torch.randperm(PROMPTS, generator=gen)[:8]
             tokens, mask, logp = sample(logits, prompt_ids, gen)
             rewards = (((tokens == 0) & (mask > 0)).sum(1) / mask.sum(1)).reshape(-1, G)
-            adv = advantages(rewards, args.bug)
+            adv = advantages(rewards, bug)
             monitor.observe_rollout(rewards, advantages=adv, question_ids=prompt_ids.tolist())
             for rows in torch.arange(len(tokens)).chunk(2):  # two micro-batches
                 row_adv = adv.reshape(-1)[rows]
@@ -67,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     except InvariantViolation as exc:
         print(f"stopped by grpo-monitor:\n{exc}")
         return 1
-    last = (args.out / "grpo.jsonl").read_text().splitlines()[-1]
-    print(f"{args.steps} steps monitored; last record ({len(last)} bytes) in {args.out / 'grpo.jsonl'}")
+    finally:
+        monitor.close()
     return 0
 
 

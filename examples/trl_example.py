@@ -27,6 +27,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from grpo_monitor.integrations import trl as grpo_trl  # noqa: E402
+from grpo_monitor.reporting import log_digest  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ?!."
@@ -70,26 +71,36 @@ def frac_a(prompts, completions, **_):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp(prefix="grpo-trl-")))
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the run's files (default: a temporary folder, removed at the end)")
     args = parser.parse_args(argv)
-    model_path = tiny_model(args.out / "model")
+    with tempfile.TemporaryDirectory(prefix="grpo-trl-") as scratch:
+        train(args.out or Path(scratch), args.steps)
+        if not args.out:
+            print("log removed with its temporary folder (pass --out DIR to keep it)")
+    return 0
+
+
+def train(out: Path, steps: int) -> None:
+    """Train the tiny model with the monitor attached; print each step's numbers and what the log holds."""
+    model_path = tiny_model(out / "model")
     config = GRPOConfig(
-        output_dir=str(args.out / "trainer"), use_cpu=True, num_generations=8, per_device_train_batch_size=16,
-        max_completion_length=8, max_steps=args.steps, beta=0.04, learning_rate=1e-3, logging_steps=1,
+        output_dir=str(out / "trainer"), use_cpu=True, num_generations=8, per_device_train_batch_size=16,
+        max_completion_length=8, max_steps=steps, beta=0.04, learning_rate=1e-3, logging_steps=1,
         save_strategy="no", report_to="none", disable_tqdm=True, seed=0,
     )
     trainer = GRPOTrainer(model=model_path, reward_funcs=[frac_a], args=config,
                           train_dataset=Dataset.from_dict({"prompt": ["const", "spell a"]}))
-    grpo_trl.attach(trainer, sinks=[JSONLSink(args.out / "grpo.jsonl")])  # raises InvariantViolation on a breach
+    grpo_trl.attach(trainer, sinks=[JSONLSink(out / "grpo.jsonl")])  # raises InvariantViolation on a breach
     print(UNSCORABLE_NOTE, flush=True)
     trainer.train()
-    for record in read_jsonl(args.out / "grpo.jsonl"):
+    for record in read_jsonl(out / "grpo.jsonl"):
         m = record["metrics"]
         print(f"step {record['step']}: degenerate rate {m['grpo/groups/degenerate_rate']:.2f} "
               f"(TRL frac_reward_zero_std {m['grpo/trl/frac_reward_zero_std']:.2f}, "
               f"gap {m['grpo/trl/frac_reward_zero_std_gap']:.2f}), k3 KL {m['grpo/kl/k3_mean']:.2e}, "
               f"violations {m['grpo/invariants/violations']:.0f}")
-    return 0
+    print("\n".join(log_digest(out / "grpo.jsonl")))
 
 
 if __name__ == "__main__":

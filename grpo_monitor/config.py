@@ -41,7 +41,21 @@ class Tolerances(BaseModel):
         "identified whatever its size)"
     )
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
-    on_policy: float = Field(1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) when on-policy is expected")
+    on_policy: float = Field(
+        1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) in the declared bitwise mode (on_policy_bitwise)")
+    mismatch_k3: float = Field(
+        0.02, gt=0, description="largest mismatch KL k3 (nats per token) numerical noise gives between the sampler "
+        "and the trainer (docs/mismatch.md); above it the mismatch is a defect (error); also the on_policy rule",
+    )
+    mismatch_ratio_z: float = Field(
+        8.0, gt=0, description="largest |mean importance weight - 1| in standard errors noise gives; above it (and "
+        "above mismatch_ratio_bias) the sampler's log-probs are not those of the distribution it sampled from "
+        "(warning)",
+    )
+    mismatch_ratio_bias: float = Field(
+        0.02, gt=0, description="smallest |mean importance weight - 1| worth a warning: above what noise gives on "
+        "a few hundred tokens (docs/mismatch.md); below it a significant bias changes the weights by under 2%",
+    )
     loss_aggregation: float = Field(
         1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
         "aggregation's, at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
@@ -81,7 +95,23 @@ class MonitorConfig(BaseModel):
     policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
     tolerances: Tolerances = Field(default_factory=Tolerances)
     outcome_rewards: bool = Field(True, description="one reward per response: token advantages constant per row")
-    expect_on_policy: bool = Field(False, description="logprobs must equal old_logprobs (first inner epoch)")
+    expect_on_policy: bool = Field(
+        False, description="logprobs must match old_logprobs up to numerical noise (first inner epoch; the "
+        "mismatch_k3 rule, trainer against trainer)")
+    on_policy_bitwise: bool = Field(
+        False, description="with expect_on_policy: logprobs equal old_logprobs to tolerances.on_policy (max |diff|), "
+        "for trainers whose two passes are bitwise identical")
+    mismatch_ratio_low: float = Field(0.5, gt=0, lt=1, description="lower end of the importance-weight band "
+                                      "(grpo/mismatch/outside_frac), as truncated/masked importance sampling uses")
+    mismatch_ratio_high: float = Field(2.0, gt=1, description="upper end of the importance-weight band")
+    max_policy_lag: int = Field(
+        0, ge=0, description="optimizer steps the sampler may lag the trainer by design (asynchronous trainers: "
+        "AReaL, prime-rl, TRL's async GRPO); above 0 a large mismatch KL is not an error")
+    entropy_low_threshold: float = Field(
+        0.01, ge=0, description="per-token entropy (nats) below which a token counts in grpo/entropy/low_frac")
+    max_response_length: int | None = Field(
+        None, ge=1, description="the trainer's response-length limit: rows whose length reaches it are truncated "
+        "(when observe_rollout gets lengths but no truncated=)")
     clip_range: tuple[float, float] = Field(
         (0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]"
     )

@@ -28,6 +28,7 @@ import torch
 from .config import MonitorConfig
 from .report import StepReport
 from .repro.save import save_repro
+from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink
@@ -81,18 +82,23 @@ class GRPOMonitor:
         self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
         self._weights_histograms: dict[str, list[float]] = {}
         self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
+        self._integration: tuple[str, dict[str, Any]] | None = None  # declare_integration()
+        self._run_record_due = True  # the next report carries the run record (report.run)
 
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
-                        lengths: Any = None, reward_components: Any = None, reward_weights: Any = None) -> None:
+                        lengths: Any = None, truncated: Any = None, reward_components: Any = None,
+                        reward_weights: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
         ``lengths`` (token counts per row, optional) lets the check replay estimators that
-        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly.
-        ``reward_components`` ``(B, G, K)`` (one column per reward function) and ``reward_weights``
-        ``(K,)`` let it replay multi-reward estimators (``trl.normalize_then_sum``, ``verl.gdpo``);
-        ``rewards`` stays the one reward per row the statistics use (e.g. the weighted sum). An empty batch
+        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
+        lengths of rows above and below their group's mean reward. ``truncated`` (bool per
+        row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
+        when that is set) gives ``grpo/rows/truncated_rate``. ``reward_components`` ``(B, G, K)`` (one column per reward
+        function) and ``reward_weights`` ``(K,)`` let it replay multi-reward estimators
+        (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward per row. An empty batch
         (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
@@ -102,13 +108,13 @@ class GRPOMonitor:
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
         comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
                           if reward_components is not None else (None, None))
+        cut = inputs.truncation_rows(truncated, tokens, self.config.max_response_length, layout)
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
                 self._check_now()  # the other ranks' eager check waits for this one
             return
-        vec, detail = rollout_stats(
-            layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances, self.config.group_size
-        )
+        vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances,
+                                    self.config.group_size, tokens, cut)
         record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
                                weights)
         self._acc.add_rollout(vec, record)
@@ -138,9 +144,13 @@ class GRPOMonitor:
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
-                     old_logprobs: Any = None, kl: Any = None, loss: Any = None, rows: Any = None) -> None:
+                     old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
+                     entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
+        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
+        generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
+        ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
         ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
         computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
@@ -152,16 +162,20 @@ class GRPOMonitor:
         raw_logprobs, loss_t, rows_t = logprobs, inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
 
         tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                       old_logprobs=old_logprobs, kl=kl)
+                       old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy)
         tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
         mask_t = inputs.as_tensor(mask, "mask")
         with inputs.boundary():
             tok.validate_token_inputs(mask_t, **tensors)
+        cfg = self.config
         vec = tok.token_sufficient_stats(
-            mask_t, clip_range=self.config.clip_range, kl_clamp=self.config.kl_clamp, **tensors
-        )
+            mask_t, clip_range=cfg.clip_range, kl_clamp=cfg.kl_clamp, entropy_low=cfg.entropy_low_threshold,
+            mismatch_band=(cfg.mismatch_ratio_low, cfg.mismatch_ratio_high), **tensors)
         self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
         self._acc.add_tokens(vec, self._token_layout)
+        trainer = tensors.get("old_logprobs", tensors.get("logprobs"))
+        if "sampler_logprobs" in tensors and trainer is not None:
+            self._acc.mismatch_batches.append((mask_t, trainer, tensors["sampler_logprobs"]))
         self._guarded_weights(self._weights.observe, mask_t, tensors, loss=loss_t, rows=rows_t,
                               derive=self.config.loss_aggregation != "auto",
                               logprobs=raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
@@ -174,6 +188,18 @@ class GRPOMonitor:
             return
         self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
         self._run.redeclare(self.config)
+        self._run_record_due = True
+
+    @locked
+    def declare_integration(self, name: str, settings: dict[str, Any] | None = None) -> None:
+        """Name the integration feeding this monitor (``"trl"``, ...) and the trainer settings that decide which
+        metric families it logs (TRL's ``beta``, ...); the next report carries them (:mod:`.run.record`)."""
+        self._integration = integration_arg(name, settings)
+        self._run_record_due = True
+
+    def run_record(self) -> dict[str, Any]:
+        """The integration and its settings (``"api"``: the monitor's own calls) and the config."""
+        return run_record(self._integration, self.config.model_dump(mode="json"))
 
     @locked
     def add_metrics(self, metrics: dict[str, float]) -> None:
@@ -225,7 +251,7 @@ class GRPOMonitor:
                 self._acc.estimator = judged
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
-            found += token_violations(synced.tokens, self.config, self.step)
+            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
         if synced.weights is not None:
             found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
         return found
@@ -321,6 +347,8 @@ class GRPOMonitor:
         report.histograms.update(self._weights_histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics.update(self._guard.health(self.sinks.dropped()))
+        if self._run_record_due:
+            report.run, self._run_record_due = self.run_record(), False
         return report
 
     def _emit(self, report: StepReport) -> None:
@@ -406,6 +434,7 @@ class GRPOMonitor:
         when ``train()`` starts again on the same trainer."""
         with self._lock:
             self.closed, self._closed_by = False, None
+            self._run_record_due = True
 
     def __enter__(self) -> GRPOMonitor:
         return self

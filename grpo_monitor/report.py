@@ -27,6 +27,9 @@ class StepReport:
     flagged_questions: list[Any] = dataclasses.field(default_factory=list)
     #: True when a violation of this step is under the ``"raise"`` policy (the run ends).
     failed: bool = False
+    #: The run record, on the first report of a monitor (and after a re-declaration or a reopen):
+    #: ``{"integration": "trl" | "verl" | ... | "api", "settings": {...}, "config": MonitorConfig fields}``.
+    run: dict[str, Any] | None = None
 
     @property
     def estimator(self) -> str | None:
@@ -43,4 +46,5 @@ class StepReport:
             "failed": self.failed,
             "histograms": self.histograms,
             "flagged_questions": [str(q) for q in self.flagged_questions],
+            **({"run": self.run} if self.run is not None else {}),
         }

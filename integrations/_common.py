@@ -27,12 +27,17 @@ class FailOpen:
     ``grpo/monitor/disabled_parts``, ``grpo/monitor/retried_parts`` and, when it is off
     for the run, as one alert through every sink. With
     ``monitor.config.strict`` the exception is re-raised instead (for tests).
+
+    Building it names the integration to the monitor (``declare_integration``), so the
+    run record says which trainer the run came from.
     """
 
     def __init__(self, monitor: GRPOMonitor, name: str):
         self.monitor = monitor
         self.name = name
         self.part = integration_part(name)
+        if monitor._integration is None or monitor._integration[0] != name:
+            monitor.declare_integration(name)
 
     @property
     def disabled(self) -> bool:

@@ -14,6 +14,11 @@ Where the numbers are, in TRL 1.16:
   log-probs; the inputs hold ``completion_mask``, ``advantages``, ``ref_per_token_logps``
   (``beta > 0``) and ``old_per_token_logps`` (when TRL computes them). The first such call
   inside a loss is observed.
+- The sampler's side: ``sampling_per_token_logps`` (vLLM's log-probs, present under
+  ``vllm_importance_sampling_correction``; NaN where vLLM could not score a token, treated as
+  TRL does: ratio 1), the ``entropies`` of that same call, and truncation by TRL's own
+  ``is_truncated`` test on ``completion_ids`` with the completion lengths (gathered like
+  the advantages).
 - Conventions: ``scale_rewards="group"`` divides by TRL's ``nanstd`` (Bessel) + 1e-4,
   ``"batch"`` by the batch's Bessel std + 1e-4, ``"none"`` does not divide.
 
@@ -143,6 +148,21 @@ def clip_range(trainer: Any) -> tuple[float, float]:
     return float(trainer.epsilon_low), float(trainer.epsilon_high)
 
 
+#: GRPOConfig fields that decide which metric families TRL feeds the monitor (the report's "no data" notes).
+SETTINGS = ("beta", "num_iterations", "steps_per_generation", "gradient_accumulation_steps", "scale_rewards",
+            "loss_type", "use_vllm", "vllm_importance_sampling_correction", "num_generations")
+
+
+def trl_settings(trainer: Any) -> dict[str, Any]:
+    """The trainer's values of :data:`SETTINGS` (the instance's, else its ``args``'), for the run record."""
+    out = {}
+    for name in SETTINGS:
+        value = getattr(trainer, name, getattr(trainer.args, name, None))
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            out[name] = value
+    return out
+
+
 def _label(prompt: Any) -> Hashable:
     text = prompt if isinstance(prompt, str) else repr(prompt)
     return text[:_LABEL_CHARS]
@@ -155,10 +175,12 @@ class TRLHooks:
         self.trainer = trainer
         self.monitor = monitor
         self.guard = FailOpen(monitor, "trl")
+        monitor.declare_integration("trl", trl_settings(trainer))
         self._saved: dict[str, Any] = {}
         self._rewards_per_func: torch.Tensor | None = None
         self._loss_inputs: dict | None = None
-        self._seen: tuple[dict, torch.Tensor] | None = None  # the policy's inputs and log-probs inside a loss
+        #: the policy's inputs, log-probs and entropies inside a loss
+        self._seen: tuple[dict, torch.Tensor, torch.Tensor | None] | None = None
         self._zero_std: list[tuple[float, torch.Tensor]] = []  # (TRL's value, monitor's degenerate rate)
         self._clips: list[torch.Tensor] = []  # per micro-batch: (low, high, region, tokens) clipped-token sums
 
@@ -230,12 +252,25 @@ class TRLHooks:
         step = int(getattr(getattr(tr, "state", None), "global_step", 0)) + 1  # the step on_step_end will report
         if step > self.monitor.step:
             self.monitor.step = step  # a breach raised here is labelled with TRL's step number
+        cut, lengths = self._truncation(out)
+        if tr.accelerator.num_processes > 1:
+            cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
         components = {}
         if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay
             components = dict(reward_components=rpf.to(rewards.device),
                               reward_weights=tr.reward_weights.detach().to(rewards.device))
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)),
-                                     **components)
+                                     lengths=lengths, truncated=cut, **components)
+
+    def _truncation(self, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """TRL's own test (``is_truncated``: a row whose last completion id is neither EOS nor pad, i.e. cut
+        at ``max_completion_length``) on the padded ``completion_ids``, and the completion lengths."""
+        tr = self.trainer
+        ids = out["completion_ids"]
+        stop = [i for i in (*tr.eos_token_ids, tr._tokenizer.pad_token_id) if i is not None]
+        last = ids[:, -1] if ids.shape[1] else torch.full((len(ids),), stop[0], device=ids.device)
+        cut = ~torch.isin(last, torch.tensor(stop, device=ids.device))
+        return cut, out["completion_mask"].sum(1)
 
     def _tag_rows(self, out: dict) -> None:
         """Each local row's index in the gathered rollout, as a tensor TRL shuffles and splits with the batch."""
@@ -291,7 +326,7 @@ class TRLHooks:
                 loss = original(*args, **kwargs)
                 seen, self._seen = self._seen, None
                 if seen is not None:
-                    self.guard(self._observe_loss, seen[0], seen[1], loss)
+                    self.guard(self._observe_loss, seen[0], seen[1], loss, seen[2])
                 return loss
             finally:
                 self._loss_inputs, self._seen = None, None
@@ -303,20 +338,26 @@ class TRLHooks:
             out = original(*args, **kwargs)
             inputs, self._loss_inputs = self._loss_inputs, None  # the first call inside a loss: the policy's
             if inputs is not None:
-                self._seen = (inputs, out[0])  # observed when the loss returns, with the loss
+                self._seen = (inputs, out[0], out[1] if len(out) > 1 else None)  # observed when the loss returns
             return out
 
         return wrapper
 
-    def _observe_loss(self, inputs: dict, logps: torch.Tensor, loss: Any) -> None:
+    def _observe_loss(self, inputs: dict, logps: torch.Tensor, loss: Any,
+                      entropies: torch.Tensor | None = None) -> None:
         """The micro-batch's tensors and its loss: the token weights are measured from ``logps`` (with grad)."""
         mask = inputs["completion_mask"]
         if inputs.get("tool_mask") is not None:
             mask = mask * inputs["tool_mask"]
         measured = isinstance(loss, torch.Tensor) and loss.requires_grad and logps.requires_grad
+        old = inputs.get("old_per_token_logps")
+        sampler = inputs.get("sampling_per_token_logps")  # vLLM's log-probs, under importance-sampling correction
+        if sampler is not None:  # TRL gives tokens vLLM could not score (NaN) ratio 1: so does the monitor
+            sampler = torch.where(torch.isnan(sampler), old if old is not None else logps.detach(), sampler)
         self.monitor.observe_loss(
             mask=mask, advantages=inputs["advantages"], logprobs=logps if measured else logps.detach(),
-            ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=inputs.get("old_per_token_logps"),
+            ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=old, sampler_logprobs=sampler,
+            entropy=None if entropies is None else entropies.detach(),
             loss=loss if measured else None, rows=inputs.get(ROWS_KEY),
         )
         self._clips.append(self._region_clips(mask, inputs["advantages"], logps.detach(),

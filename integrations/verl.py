@@ -270,3 +270,40 @@ def _warn_once(state: _Attachment, key: str, text: str) -> None:
     if key not in state.warned:
         state.warned.add(key)
         warnings.warn(f"grpo-monitor: {text}", RuntimeWarning, stacklevel=3)
+
+
+def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:
+    """The ``observe_loss`` and ``observe_rollout`` arguments a driver-side verl ``DataProto`` holds.
+
+    Pure (no monitor, no copy): ``{"loss": {...}, "rollout": {...}}`` with ``mask`` =
+    ``response_mask`` (else the response part of ``attention_mask``, as verl's
+    ``compute_response_mask``), ``sampler_logprobs`` = ``rollout_log_probs`` (the inference
+    engine's), ``old_logprobs`` = ``old_log_probs``, ``ref_logprobs`` = ``ref_log_prob``,
+    ``entropy`` = ``entropys`` when the batch still holds them; ``lengths`` = the response
+    lengths and ``truncated`` = ``lengths == max_response_length``, verl's own
+    ``response_length/clip_ratio`` test, with ``max_response_length`` the width of ``responses``.
+    Absent tensors are left out, so ``monitor.observe_loss(**out["loss"])`` takes what there is.
+
+    >>> from verl import DataProto
+    >>> d = DataProto.from_dict({"responses": torch.zeros(2, 3, dtype=torch.long),
+    ...                          "response_mask": torch.tensor([[1, 1, 1], [1, 0, 0]])})
+    >>> dataproto_token_inputs(d)["rollout"]["truncated"].tolist()
+    [True, False]
+    """
+    batch = data.batch
+    keys = set(batch.keys())
+    if "responses" not in keys:
+        raise ValueError(f"data.batch has no 'responses' (keys: {sorted(keys)}); pass the driver-side DataProto "
+                         "after generation")
+    width = batch["responses"].shape[-1]
+    if "response_mask" in keys:
+        mask = batch["response_mask"]
+    elif "attention_mask" in keys:
+        mask = batch["attention_mask"][:, -width:]
+    else:
+        raise ValueError("data.batch has neither 'response_mask' nor 'attention_mask'; cannot tell valid tokens")
+    names = {"rollout_log_probs": "sampler_logprobs", "old_log_probs": "old_logprobs", "ref_log_prob": "ref_logprobs",
+             "entropys": "entropy"}
+    loss = {"mask": mask, **{ours: batch[theirs] for theirs, ours in names.items() if theirs in keys}}
+    lengths = mask.sum(-1)
+    return {"loss": loss, "rollout": {"lengths": lengths, "truncated": lengths == width}}

@@ -48,7 +48,8 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
         mon.observe_generation(rewards, question_ids=q, lengths=torch.randint(1, 9, (6 * G,), generator=gen))
     rewards, q = torch.cat(rounds)[:8], (qids[0] + qids[1])[:8]
     adv = advantages(rewards, "population", 1e-4)
-    mon.observe_rollout(rewards, advantages=adv, question_ids=q)
+    lengths = torch.randint(1, 9, (8 * G,), generator=gen)
+    mon.observe_rollout(rewards, advantages=adv, question_ids=q, lengths=lengths, truncated=lengths == 8)
     mask = (torch.rand(8 * G, 5, generator=gen) < 0.8).float()
     logprobs = (-torch.rand(8 * G, 5, generator=gen)).requires_grad_(True)
     ref = logprobs.detach() + 0.05 * torch.randn(8 * G, 5, generator=gen)
@@ -56,7 +57,9 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     tok_adv = adv.reshape(-1, 1).expand(-1, 5)
     loss = -(tok_adv * logprobs * mask).sum() / mask.sum()  # measured token weights: the grpo/weights/ keys
     mon.observe_loss(mask=mask, advantages=tok_adv, logprobs=logprobs,
-                     ref_logprobs=ref, old_logprobs=logprobs.detach() + 0.01, kl=u.exp() - u - 1, loss=loss)
+                     ref_logprobs=ref, old_logprobs=logprobs.detach() + 0.01, kl=u.exp() - u - 1, loss=loss,
+                     sampler_logprobs=logprobs.detach() + 0.01 + 0.01 * torch.randn(8 * G, 5, generator=gen),
+                     entropy=torch.rand(8 * G, 5, generator=gen))
     return mon.end_step()
 
 
@@ -88,7 +91,8 @@ def _breaches(mon: GRPOMonitor) -> None:
     broken_lp[0, 0] = float("nan")
     losses = [dict(mask=mask, advantages=torch.tensor([[1.0, 2, 3], [1, 1, 1]])),
               dict(mask=torch.tensor([[1.0, 0.5, 0], [1, 1, 1]])), dict(mask=mask, logprobs=broken_lp),
-              dict(mask=mask, logprobs=lp, old_logprobs=lp - 0.5)]
+              dict(mask=mask, logprobs=lp, old_logprobs=lp - 0.5),
+              dict(mask=mask, old_logprobs=lp, sampler_logprobs=lp - 2)]
     for kwargs in rollouts:
         mon.observe_rollout(kwargs.pop("rewards"), **kwargs)
         yield mon.end_step()

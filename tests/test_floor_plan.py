@@ -106,3 +106,13 @@ def test_every_module_opens_with_its_docstring():
 def test_the_cycle_finder_finds_a_cycle():
     """The check can fail: two modules importing each other form one component."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists every package folder, so a wheel (not only an editable install) holds it."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, (_, is_pkg) in _modules().items() if is_pkg}
+    assert "grpo_monitor.integrations" in found
+    assert found - listed == set()

@@ -13,6 +13,7 @@ import torch
 pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig, Violation  # noqa: E402
+from grpo_monitor.catalog.metrics import METRICS  # noqa: E402
 from grpo_monitor.cli import main  # noqa: E402
 from grpo_monitor.demo import DemoConfig, run_demo  # noqa: E402
 from grpo_monitor.reporting import FIGURES, build_report, load_run  # noqa: E402
@@ -112,7 +113,7 @@ def test_report_from_a_plain_monitor_log(tmp_path):
             mon.end_step()
     page = build_report(log, tmp_path / "out").read_text()
     assert re.search(r"\d violations? in 12 steps; the run went on", page)
-    assert "KL estimators: no data in this run (logged when you call observe_loss" in page
+    assert "KL estimators: no data in this run. Logged when you call observe_loss" in page
     assert "Dynamic sampling ledger: no data" in page
     assert (tmp_path / "out" / "plots" / "violations.png").is_file()
     run = load_run(log)
@@ -201,13 +202,16 @@ def test_nothing_sits_on_a_border(request, run_fixture):
 
 
 def test_reference_lines_are_drawn_above_the_data(ds_run):
-    """Where the live std sits exactly on the population reference 1, the dashed reference is drawn on top."""
+    """Where the live std sits exactly on the population reference 1, the dashed reference is drawn on top and the
+    series gets markers, its legend entry saying it lies on that line."""
     from grpo_monitor.reporting.plots import draw_advantages
 
     ax = draw_advantages(load_run(ds_run)).axes[1]
-    lines = {ln.get_label(): ln for ln in ax.get_lines()}
-    assert np.allclose(lines["grpo/adv/live_std_mean"].get_ydata(), 1.0, atol=1e-5)
-    assert lines["population z-scores: 1"].get_zorder() > lines["grpo/adv/live_std_mean"].get_zorder()
+    lines = {ln.get_label().split(" (")[0]: ln for ln in ax.get_lines()}
+    live = lines["grpo/adv/live_std_mean"]
+    assert np.allclose(live.get_ydata(), 1.0, atol=1e-5)
+    assert lines["population z-scores: 1"].get_zorder() > live.get_zorder()
+    assert live.get_marker() == "o" and live.get_label().endswith("(on the line population z-scores: 1)")
 
 
 def test_question_std_colour_scale_fits_the_data(ds_run):
@@ -227,9 +231,12 @@ def test_every_logged_metric_is_in_a_figure_or_the_table(ds_run):
     page = build_report(ds_run).read_text()
     drawn = set(re.findall(r'<figure id="fig-(\w+)">', page))
     table = set(re.findall(r"<tr><th><code>([^<]+)</code></th>", page))
-    logged = {k for r in read_jsonl(ds_run / "monitor.jsonl") for k, v in r["metrics"].items()
-              if v is not None and np.isfinite(v)}
-    assert logged <= shown_keys(drawn) | table and not table & shown_keys(drawn)
+    records = read_jsonl(ds_run / "monitor.jsonl")
+    logged = {k for r in records for k, v in r["metrics"].items() if v is not None and np.isfinite(v)}
+    constant = {k for k in logged if METRICS[k].constant is not None}  # left out of tables: check the claim
+    assert constant == {"grpo/kl/k2_neg_frac", "grpo/kl/k3_neg_frac"}
+    assert all(r["metrics"][k] == 0.0 for r in records for k in constant if k in r["metrics"])
+    assert logged - constant <= shown_keys(drawn) | table and not table & (shown_keys(drawn) | constant)
     assert {"grpo/ratio/mean", "grpo/tokens/live_fraction", "grpo/adv/stabilizer"} <= shown_keys(drawn)
 
 

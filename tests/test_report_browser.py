@@ -10,6 +10,7 @@ a folder to keep the screenshots (``<variant>.png``) for a look.
 
 from __future__ import annotations
 
+import html
 import os
 import re
 import shutil
@@ -98,3 +99,137 @@ def test_screenshot_shows_the_banner_of_the_variant(rendered, tmp_path):
     assert pixels.shape[:2] == (1400, 1000) and pixels.std() > 0.05, "the screenshot is blank"
     banner = np.array(BANNER[name]) / 255
     assert (np.abs(pixels - banner).max(axis=-1) < 0.02).sum() > 5000, f"no {name} banner colour"
+
+
+# ---------------------------------------------------------------- legends: every entry's series is visible
+LEGEND_VARIANTS = ("clean-demo", "failing", "short-1-step")
+
+
+def _hidden_entries(log: Path) -> dict[str, list[str]]:
+    """Figure name -> its legend entries whose series the pixel check finds hidden (report_pixels)."""
+    from grpo_monitor.reporting import FIGURES, load_run
+    from report_pixels import hidden
+
+    run = load_run(log)
+    found = {}
+    for spec in FIGURES:
+        fig = spec.draw(run)
+        if fig is not None:
+            found[spec.name] = hidden(fig)
+    return found
+
+
+def test_every_legend_entry_is_visible(rendered):
+    """In every figure, each legend entry's series shows at least 35% of its own pixels as it looks on its own."""
+    name, log, _, _ = rendered
+    if name not in LEGEND_VARIANTS:
+        pytest.skip("legend pixels are checked on the demo, the failing loop and the 1-step run")
+    assert {k: v for k, v in _hidden_entries(log).items() if v} == {}
+
+
+def test_the_pixel_check_sees_a_hidden_series(tmp_path, monkeypatch):
+    """Two equal series: told apart by the figures' mechanism they are visible; without it the one below is hidden."""
+    from grpo_monitor.reporting import load_run, plots_core
+    from report_pixels import hidden
+
+    run = load_run(VARIANTS["short-3-steps"](tmp_path))
+
+    def two_equal_series():
+        fig, (ax,) = plots_core.figure(1)
+        values = np.array([0.1, 0.3, 0.2])
+        plots_core.line(ax, run, values, plots_core.BLUE, "below", "-")
+        plots_core.line(ax, run, values, plots_core.GREEN, "on top", "-")
+        plots_core.finish(ax, run, "y", "two equal series")
+        return fig
+
+    assert hidden(two_equal_series()) == []
+    monkeypatch.setattr(plots_core, "separate_coinciding", lambda ax: None)
+    assert [k.split(": ", 1)[1] for k in hidden(two_equal_series())] == ["below"]
+
+
+# ---------------------------------------------------------------- a real TRL run through the one-line attach
+_NOTE = re.compile(r'<p class="meta note">([^<:]+): no data in this run\. (.*?)</p>', re.S)
+
+
+def test_plain_api_notes_name_the_call_and_its_arguments(rendered):
+    """A plain loop's notes name an observe_* call of GRPOMonitor and only arguments that call takes."""
+    import inspect
+
+    from grpo_monitor import GRPOMonitor
+
+    _, _, _, dom = rendered
+    for title, text in _NOTE.findall(dom):
+        text = html.unescape(text)
+        call = re.search(r"call (observe_\w+)(?: with ([\w, ]+))?", text)
+        assert call, (title, text)
+        params = inspect.signature(getattr(GRPOMonitor, call[1])).parameters
+        named = [arg.split()[0] for arg in (call[2] or "").split(",") if arg.strip()]  # "rewards all 0/1 so far"
+        assert all(arg in params for arg in named), (title, text)
+
+
+@pytest.fixture(scope="module")
+def trl_reports(tmp_path_factory):
+    """Two real tiny GRPOTrainer runs through grpo_trl.attach, each with its report (and the DOM of the first):
+    beta=0 and num_iterations=1 (no KL, no importance ratio), then beta=0.04 and num_iterations=2."""
+    pytest.importorskip("trl")
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+    from grpo_monitor.integrations import trl as grpo_trl
+    from grpo_monitor.sinks import JSONLSink
+    from tiny_trl import build_tiny_model, make_trainer
+
+    root = tmp_path_factory.mktemp("trl-report")
+    model = build_tiny_model(root / "model")
+    out = {}
+    for name, settings in (("without", {"beta": 0.0, "num_iterations": 1}),
+                           ("with", {"beta": 0.04, "num_iterations": 2})):
+        trainer = make_trainer(model, root / name / "trainer", max_steps=2, **settings)
+        grpo_trl.attach(trainer, sinks=[JSONLSink(root / name / "monitor.jsonl")])
+        trainer.train()
+        page = build_report(root / name / "monitor.jsonl")
+        out[name] = (trainer, root / name / "monitor.jsonl", page)
+    done = _chromium(root / "profile", "--dump-dom", out["without"][2].as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out, done.stdout
+
+
+@pytest.mark.slow
+def test_trl_report_notes_say_what_to_set_in_trl(trl_reports):
+    """Each "no data" note of a TRL run's page (in Chromium) names GRPOConfig settings with this run's values and no
+    plain-API call; the notes cover exactly the figures the log has no key of; the images decode."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    from grpo_monitor.reporting import FIGURES
+    from grpo_monitor.sinks import read_jsonl
+
+    runs, dom = trl_reports
+    trainer, log, _ = runs["without"]
+    loaded = re.search(r'data-images-loaded="(\d+)/(\d+)"', dom)
+    assert loaded and loaded[1] == loaded[2] and int(loaded[2]) >= 6
+    logged = {k for r in read_jsonl(log) for k in r["metrics"]}
+    absent = {spec.title for spec in FIGURES if spec.name != "violations" and not logged & set(spec.keys)}
+    notes = {title: html.unescape(text) for title, text in _NOTE.findall(dom)}
+    assert set(notes) == absent and {"KL estimators", "Importance ratio and clipping"} <= absent, (notes, absent)
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    for title, text in notes.items():
+        assert "observe_" not in text and ("TRL" in text or "GRPOConfig" in text), (title, text)
+        for name in re.findall(r"\b(\w+) > \d", text):
+            assert name in fields, (title, name)
+        for name, value in re.findall(r"this run: (\w+) = ([\w.]+)", text):
+            assert str(getattr(trainer.args, name)) == value, (title, name, value)
+    assert re.search(r"\bbeta > 0\b", notes["KL estimators"]) and "this run: beta = 0.0" in notes["KL estimators"]
+    assert "num_iterations > 1" in notes["Importance ratio and clipping"]
+
+
+@pytest.mark.slow
+def test_trl_settings_the_notes_name_give_the_figures(trl_reports):
+    """Rerun with what the notes say (beta > 0, num_iterations > 1): the KL and ratio figures are drawn, and every
+    legend entry of both runs' figures is visible."""
+    runs, _ = trl_reports
+    page = runs["with"][2].read_text()
+    assert '<figure id="fig-kl">' in page and '<figure id="fig-ratio">' in page
+    for name in ("without", "with"):
+        assert {k: v for k, v in _hidden_entries(runs[name][1]).items() if v} == {}, name

@@ -82,15 +82,15 @@ VARIANTS: dict[str, Callable[[Path], Path]] = {
 
 #: Variant -> the figures its page shows (a family the run did not log gets a note instead).
 FIGURES_OF = {
-    "clean-demo": {"degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl", "ratio",
-                   "tokens", "sampling"},
-    "failing": {"violations", "degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl",
-                "ratio", "tokens"},
-    "short-1-step": {"degenerate", "prompts", "question_std", "advantages", "convention", "history", "kl", "ratio",
-                     "tokens"},
+    "clean-demo": {"degenerate", "prompts", "question_std", "advantages", "convention", "overdispersion_stuck", "kl",
+                   "ratio", "tokens", "sampling"},
+    "failing": {"violations", "degenerate", "prompts", "question_std", "advantages", "convention",
+                "overdispersion_stuck", "kl", "ratio", "tokens"},
+    "short-1-step": {"degenerate", "prompts", "question_std", "advantages", "convention", "overdispersion_stuck",
+                     "kl", "ratio", "tokens"},
     "short-3-steps": {"degenerate", "prompts", "question_std", "advantages", "convention", "kl", "ratio", "tokens"},
     "no-ledger-no-tokens": {"violations", "degenerate", "prompts", "question_std", "advantages", "convention",
-                            "history"},
+                            "overdispersion_stuck"},
 }
 
 
@@ -101,5 +101,5 @@ def test_each_variant_shows_the_families_it_logged(tmp_path, name):
     shown = set(re.findall(r'<figure id="fig-(\w+)">', page))
     assert shown == FIGURES_OF[name]
     assert {p.stem for p in (tmp_path / "plots").glob("*.png")} == shown
-    notes = re.findall(r'<p class="meta note">([^:]+): no data in this run \(logged when you ', page)
+    notes = re.findall(r'<p class="meta note">([^:]+): no data in this run\. Logged when you call observe_', page)
     assert len(notes) == 10 - len(shown - {"violations"})

@@ -62,6 +62,19 @@ def _convention(cfg: MonitorConfig) -> str:
     return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
 
+def _on_policy(cfg: MonitorConfig) -> str:
+    if cfg.on_policy_bitwise:
+        return f"max |logprobs - old_logprobs| <= {cfg.tolerances.on_policy:g} nats"
+    return f"mean k3(logprobs - old_logprobs) <= {cfg.tolerances.mismatch_k3:g} nats per token"
+
+
+def _mismatch(cfg: MonitorConfig) -> str:
+    t = cfg.tolerances
+    lag = f" (error off: max_policy_lag={cfg.max_policy_lag})" if cfg.max_policy_lag else ""
+    return (f"grpo/mismatch/k3_mean <= {t.mismatch_k3:g} nats per token{lag}; "
+            f"|grpo/mismatch/ratio_mean_z| <= {t.mismatch_ratio_z:g} or |ratio_mean - 1| <= {t.mismatch_ratio_bias:g}")
+
+
 def _loss_aggregation(cfg: MonitorConfig) -> str:
     scope = "" if cfg.loss_scope == "auto" else f", {cfg.loss_scope} scope"
     return (f"per-token weights of loss_aggregation={cfg.loss_aggregation!r}{scope} within "
@@ -123,9 +136,18 @@ _RECORDS = (
     Invariant("finite_logprobs", "log-probabilities are finite on valid tokens",
               "-inf log-probabilities from masked logits leaking onto valid tokens",
               "tokens", None, "error", lambda cfg: "finite log-probs on mask==1"),
-    Invariant("on_policy", "on the first inner epoch, trainer log-probs equal the sampler's old log-probs",
-              "the sampler (e.g. vLLM) and the trainer compute different log-probabilities for the same tokens",
-              "tokens", "on_policy", "error", _tol("on_policy", "<= {:g} nats")),
+    Invariant("on_policy", "on the first inner epoch, the trainer's log-probs match its old log-probs up to "
+              "numerical noise (bitwise, with on_policy_bitwise)",
+              "old_logprobs taken at other parameters than logprobs (a stale or reused old-logprob buffer, an "
+              "optimizer step between the two passes), or a different model or temperature in one of them",
+              "tokens", "mismatch_k3", "error", _on_policy),
+    Invariant("mismatch", "the sampler's and the trainer's log-probs of the sampled tokens differ only by numerical "
+              "noise: mismatch KL (k3) within tolerance, importance weights averaging to 1",
+              "weights not synced to the sampler, log-probs taken before temperature was applied, tokens or mask "
+              "shifted by one, or another model's log-probs (error); importance weights away from 1: top-p/top-k "
+              "log-probs renormalised over the nucleus while the trainer scores the full vocabulary, or logits "
+              "processed after the log-probs were taken (warning)",
+              "tokens", "mismatch_k3", "error", _mismatch),
     Invariant("loss_aggregation", "at ratio 1 without a KL term, every token's loss weight dloss/dlogprob is "
               "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
               "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "

@@ -17,12 +17,28 @@ Torch-free: importing it costs no more than the invariant registry it derives fr
 
 from __future__ import annotations
 
-import dataclasses
 import types
 from collections.abc import Mapping
-from typing import Literal
 
 from .invariants import INVARIANTS
+from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
+    CHECKS,
+    FIT,
+    HISTORY,
+    KINDS,
+    MAX,
+    MOMENTS,
+    RATIO,
+    ROWS,
+    RUN,
+    SOURCES,
+    SUM,
+    Kind,
+    Metric,
+    Source,
+)
+from .record import metric as _m
+from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
 STEP_KEY = "grpo/step"
@@ -38,6 +54,8 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/")),
+    ("Mismatch", ("grpo/mismatch/",)),
+    ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
     ("Invariants", ("grpo/invariants/", "grpo/violations")),
     ("Tokens", ("grpo/tokens/",)),
@@ -46,52 +64,6 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Integrations", ("grpo/trl/", "grpo/verl/", "grpo/hf/")),
 )
 
-Kind = Literal["scalar", "histogram", "table", "text"]
-Source = Literal["observe_rollout", "observe_generation", "observe_loss", "end_step", "integration"]
-KINDS: tuple[str, ...] = ("scalar", "histogram", "table", "text")
-SOURCES: tuple[str, ...] = ("observe_rollout", "observe_generation", "observe_loss", "end_step", "integration")
-
-
-@dataclasses.dataclass(frozen=True)
-class Metric:
-    """One emitted key.
-
-    ``source`` is the call whose inputs produce it (``needs``: which of its optional
-    arguments); ``aggregation`` how micro-batches and ranks combine within a step;
-    ``over_steps`` how to combine several steps; ``summary`` the dashboards' run summary
-    (``"last"`` or ``"max"``); ``panel`` the title of a chart shared with related keys;
-    ``only_when`` why the key can be absent even when every input is given ("" if never).
-    """
-
-    key: str
-    section: str
-    source: Source
-    unit: str
-    aggregation: str
-    over_steps: str
-    meaning: str
-    kind: Kind = "scalar"
-    needs: str = ""
-    summary: Literal["last", "max"] = "last"
-    panel: str | None = None
-    only_when: str = ""
-
-
-# How values combine within a step (micro-batches, ranks) ---------------------------------
-SUM = "sum over micro-batches and ranks"
-RATIO = "ratio of sums over micro-batches and ranks, computed after the sync"
-MAX = "max over micro-batches and ranks"
-MOMENTS = "from counts, sums and sums of squares summed over micro-batches and ranks"
-HISTORY = "after the sync, from the per-question history (the union of the ranks' groups)"
-FIT = "fitted after the sync from the summed per-group statistics"
-RUN = "running sum of the synced per-step counts (kept across resume)"
-ROWS = "every rank's values, gathered at the end of the step"
-CHECKS = "breaches found by the step's checks, which run on the synced statistics"
-
-
-def _m(key: str, unit: str, aggregation: str, over_steps: str, meaning: str, **kw) -> Metric:
-    """An entry of the section and source in ``kw`` (filled in by the section lists below)."""
-    return Metric(key=key, unit=unit, aggregation=aggregation, over_steps=over_steps, meaning=meaning, **kw)
 
 
 def _groups() -> list[Metric]:
@@ -184,7 +156,7 @@ def _kl() -> list[Metric]:
     kl = dict(section="KL", source="observe_loss")
     out = [
         _m(f"grpo/kl/{k}_{s}", unit, agg, steps, meaning.format(est=est), panel=f"KL estimators: {s}",
-           needs="logprobs, ref_logprobs", **kl)
+           needs="logprobs, ref_logprobs", constant=0.0 if s == "neg_frac" and k != "k1" else None, **kl)
         for s, (unit, agg, steps, meaning) in _KL_STATS.items() for k, est in _KL_ESTIMATORS.items()
     ]
     user, tokens = "kl, logprobs, ref_logprobs", "mean weighted by grpo/tokens/valid"
@@ -377,8 +349,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *_advantages(), *_kl(), *_sampling(), *_invariants(), *_tokens(), *_weights(),
-               *_monitor_and_integrations()]
+    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *entropy_entries(),
+               *_sampling(), *_invariants(), *_tokens(), *_weights(), *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

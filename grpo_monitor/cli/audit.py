@@ -31,14 +31,15 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``audit`` on the ``grpo-monitor`` subparsers."""
     parser = subparsers.add_parser(
         "audit",
-        help="probe an advantage function rewards (B, G) -> advantages (B, G) with crafted batches",
+        help="probe your advantage function (rewards (B, G) in, advantages (B, G) out) with crafted batches",
         description="Import MODULE:FUNCTION (MODULE: a dotted module importable from the current folder, or a "
-        "path to a .py file) and probe it, in float64 and in float32 as trainers compute: binary groups at every "
-        "success count, continuous rewards, constant groups, NaN rows, an offset float32 still resolves, large "
-        "and small scales. Reports the registry estimator it reproduces (with the fitted stabilizer), every "
-        "invariant it breaks with an example and the likely cause, permutation equivariance, and its expected "
-        "gradient relative to the true gradient p(1-p) (exact enumeration). Exit code 0: sound, 1: broken, "
-        "2: the function does not run.",
+        "path to a .py "
+        "file) and probe it, in float64 and in float32 as trainers compute: binary groups at every success count,"
+        " continuous rewards, constant groups, NaN rows, rewards shifted by an offset (as large as float32 still "
+        "resolves them), large and small scales. Reports the registry estimator it reproduces (with the fitted "
+        "stabilizer), every invariant it breaks with an example and the likely cause, permutation equivariance, "
+        "and its expected gradient relative to the true gradient p(1-p) (exact enumeration). Exit code 0: sound, "
+        "1: broken, 2: the function does not run.",
     )
     parser.add_argument("function", metavar="MODULE:FUNCTION", help="e.g. mypkg.adv:grpo_advantages or ./adv.py:fn")
     parser.add_argument("--group-size", "-G", type=int, default=8, help="responses per group G (default 8)")

@@ -18,7 +18,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Read two runs' monitor.jsonl (a scan's output folder, a live run's folder, or the JSONL file "
         "itself) and write compare.html (self-contained) and compare.png: degenerate rate against its iid "
         "prediction, effective prompts, mean reward, KL and violations, both runs on the same axes, and a table "
-        "of first- and last-tenth values.",
+        "of each run's start and end values (first and last step below 10 steps, first and last tenth from 10 "
+        "on, worded as the report words them).",
     )
     parser.add_argument("run_a", metavar="RUN_A", help="first run: folder holding monitor.jsonl, or the file")
     parser.add_argument("run_b", metavar="RUN_B", help="second run")

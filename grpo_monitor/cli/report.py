@@ -17,10 +17,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Read a run's JSONL log (RUN is the run folder or the .jsonl file) and write plots/*.png "
         "and report.html (images inlined, no external assets): one figure per metric family the run logged "
         "(degenerate rate against the iid prediction, effective prompts, per-question reward std, advantage "
-        "invariants, the estimator and its stabilizer, per-question history, KL estimators, importance ratio and "
-        "clipping, response length and live tokens, the dynamic-sampling ledger, violations), captions computed "
-        "from this run's own numbers, the run-level observed-vs-iid line, and where the run's TensorBoard, W&B "
-        "and JSONL files are.",
+        "invariants, the estimator and its stabilizer, overdispersion and stuck questions, KL estimators, "
+        "importance ratio and clipping, response length and live tokens, the dynamic-sampling ledger, "
+        "violations), captions computed from this run's own numbers, the run-level observed-vs-iid line, where "
+        "the run's TensorBoard, W&B and JSONL files are, and, for each family the run did not log, what to set "
+        "in the trainer the run came from to get it.",
     )
     parser.add_argument("run", metavar="RUN", help="run folder holding monitor.jsonl, or a JSONL file")
     parser.add_argument("--out", default=None, help="output folder (default: the run folder)")

@@ -24,8 +24,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="audit a finished run from its recorded rollouts (verl dumps, TRL completions tables, JSONL, Parquet)",
         description="Read the rollouts a run recorded, step by step (memory holds one step), rebuild the groups "
         "and feed each step through the same monitor a live run uses. Writes monitor.jsonl, TensorBoard events "
-        "and report.html to --out, and prints a summary: degenerate rate (first and last tenth) against the iid "
-        "prediction, effective prompts, stuck and saturated questions, violations by step.",
+        "and report.html to --out, and prints a summary: degenerate rate (start against end, as the report compares "
+        "them) against the iid prediction, effective prompts, stuck and saturated questions, violations by step.",
     )
     parser.add_argument("path", metavar="PATH", help="verl's rollout_data_dir, an offline W&B run folder (TRL "
                         "log_completions), TRL's completions/ folder, or JSONL / Parquet files (a file or a folder)")

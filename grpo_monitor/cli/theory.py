@@ -42,7 +42,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--std", choices=LazyChoices(_std_conventions), default="population", metavar="STD",
                         help="std convention: %(choices)s (default %(default)s)")
     parser.add_argument("--eps", type=float, default=0.0, help="stabilizer added to the std (default 0)")
-    parser.add_argument("--budget", type=int, default=1000, help="response budget of the non-degenerate column")
+    parser.add_argument("--budget", type=int, default=1000,
+                        help="responses you can afford to generate; the non-degenerate/BUDGET column gives the "
+                        "expected groups with reward variation that many responses buy, (BUDGET // G) x (1 - p^G - "
+                        "(1-p)^G) (default 1000)")
     parser.add_argument("--json", action="store_true", help="print JSON (null for infinite or undefined values)")
     parser.set_defaults(func=run)
     return parser

@@ -143,7 +143,7 @@ def _verdict(result: DemoResult) -> list[str]:
              if last > first else "")
     return [
         f"Degenerate groups over the run: {observed:.0f} observed, {expected:.1f} expected from p^G + (1-p)^G "
-        f"(z = {z:+.2f}).{trend}",
+        f"(z = {z + 0.0:+.2f}).{trend}".replace("z = -0.00", "z = +0.00"),
         f"Convention: {', '.join(sorted(conventions)) or 'n/a'}"
         + (f" (stabilizer {stab[-1]:.2g})" if stab else "") + f"; violations: {n_viol or 'none'}.",
     ]

@@ -13,15 +13,21 @@ from pathlib import Path
 
 from ..files.writing import OutputDir
 from .data import RunData, find_log, load_run
+from .digest import log_digest
+from .facts import sentences
 from .figures import FIGURES, how_to_log
 from .html import render_page
 from .plots_core import FigureSpec
 from .records import LogFormatError, read_step_records
 
 __all__ = [
-    "FIGURES", "FigureSpec", "LogFormatError", "RunData", "build_report", "find_log", "load_run", "read_step_records",
-    "render_figures",
+    "FIGURES", "FigureSpec", "LogFormatError", "RunData", "build_report", "find_log", "load_run", "log_digest",
+    "read_step_records", "render_figures",
 ]
+
+
+#: Figure files of earlier versions, removed by a rebuild: old name -> the figure that holds it now.
+RENAMED: dict[str, str] = {"history": "overdispersion_stuck"}
 
 
 def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], list[str]]:
@@ -31,7 +37,8 @@ def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], lis
         fig = spec.draw(run)
         if fig is None:
             if spec.name != "violations":
-                notes.append(f"{spec.title}: no data in this run (logged when you {how_to_log(spec)}).")
+                notes.append(sentences([f"{spec.title}: no data in this run",
+                                        how_to_log(spec, run.integration, run.settings)]))
             continue
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=100)
@@ -56,9 +63,8 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     drawn = {name for name, _, _, _ in figures}
     page = render_page(data, figures, notes, shown=shown_keys(drawn))
     with OutputDir(Path(out_dir) if out_dir is not None else data.path.parent) as out, out.folder("plots") as plots:
-        for spec in FIGURES:
-            if spec.name not in drawn:
-                plots.remove(f"{spec.name}.png")
+        for stale in [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED):
+            plots.remove(f"{stale}.png")
         for name, _, _, png in figures:
             plots.write(f"{name}.png", png)
         return out.write("report.html", page)

@@ -20,7 +20,7 @@ _RATE, _SMALL = "{:.1%}", "{:.2e}"
 
 
 def _change(run: RunData, label: str, key: str, fmt: str) -> str | None:
-    return change(run.steps, label, run.series(key), fmt)
+    return change(run.steps, label, run.series(key), fmt, key)
 
 
 def degenerate(run: RunData) -> str:
@@ -58,7 +58,7 @@ def _constant_or_change(run: RunData, label: str, key: str) -> str | None:
     finite = values[np.isfinite(values)] if values is not None else np.zeros(0)
     if finite.size and np.all(finite == finite[0]):
         return f"there were {finite[0]:.0f} {label}" + (" at every logged step" if len(run.steps) > 1 else "")
-    return change(run.steps, f"the number of {label}", values, "{:.1f}")
+    return change(run.steps, f"the number of {label}", values, "{:.1f}", key)
 
 
 def question_std(run: RunData) -> str:
@@ -131,7 +131,7 @@ def _segments(names: list[str], steps: list[int]) -> str:
     return "the advantages " + ", then ".join(shown) + (", ..." if len(runs) > 6 else "")
 
 
-def history(run: RunData) -> str:
+def overdispersion_stuck(run: RunData) -> str:
     parts = ["Overdispersion is the correlation of successes within a group given each question's pooled success rate "
              "(0 for iid responses, where the iid prediction holds); stuck questions have had no reward variation for "
              "several groups in a row",
@@ -202,6 +202,6 @@ def violations(run: RunData) -> str:
 
 CAPTIONS: dict[str, Callable[[RunData], str]] = {
     "violations": violations, "degenerate": degenerate, "prompts": prompts, "question_std": question_std,
-    "advantages": advantages, "convention": convention, "history": history, "kl": kl, "ratio": ratio,
-    "tokens": tokens, "sampling": sampling,
+    "advantages": advantages, "convention": convention, "overdispersion_stuck": overdispersion_stuck, "kl": kl,
+    "ratio": ratio, "tokens": tokens, "sampling": sampling,
 }

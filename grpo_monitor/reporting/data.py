@@ -52,6 +52,8 @@ class RunData:
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Per-group columns of ``theory.jsonl`` (``trained_p``, ``generated_p``) by step; None where absent.
     theory_groups: dict[str, list[list[float] | None]] = dataclasses.field(default_factory=dict)
+    #: The run record (``StepReport.run``: integration, settings, config), the log's last; {} in older logs.
+    run: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -60,6 +62,36 @@ class RunData:
     def has(self, key: str) -> bool:
         values = self.metrics.get(key)
         return values is not None and bool(np.isfinite(values).any())
+
+    @property
+    def integration(self) -> str:
+        """Where the run came from: ``"trl"``, ``"verl"``, ... (the run record), ``"scan"``, or ``"api"``.
+
+        A log without a run record (older writers) is placed by its declared estimator's
+        framework prefix (``trl.group``) or its integration keys (``grpo/trl/...``).
+        """
+        name = self.run.get("integration")
+        if isinstance(name, str) and name:
+            return name
+        if "scanned" in self.meta:
+            return "scan"
+        for prefix in ("trl", "verl", "openrlhf", "skyrl", "areal"):
+            if (self.convention or "").startswith(prefix + ".") or any(k.split("/")[:2] == ["grpo", prefix]
+                                                                       for k in self.metrics):
+                return prefix
+        return "api"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """The integration's trainer settings from the run record ({} when none)."""
+        settings = self.run.get("settings")
+        return settings if isinstance(settings, dict) else {}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The monitor's configuration from the run record ({} when none)."""
+        config = self.run.get("config")
+        return config if isinstance(config, dict) else {}
 
     @property
     def convention(self) -> str | None:
@@ -94,7 +126,9 @@ def load_run(run: str | os.PathLike) -> RunData:
     naming the file and the line.
     """
     log = find_log(run)
-    records = _by_step(read_step_records(log))
+    lines = read_step_records(log)
+    run_record: dict[str, Any] = next((r["run"] for r in reversed(lines) if isinstance(r.get("run"), dict)), {})
+    records = _by_step(lines)
     if not records:
         raise ValueError(f"{log} holds no step records; expected one StepReport.to_dict() per line")
     steps = np.array(sorted(records), dtype=np.int64)
@@ -110,6 +144,7 @@ def load_run(run: str | os.PathLike) -> RunData:
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
         conventions=[records[s].get("convention") for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
+        run=run_record,
     )
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .data import RunData
+from .numbers import number
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,23 +81,54 @@ def _finite_mean(values: np.ndarray) -> float:
     return float(finite.mean()) if finite.size else math.nan
 
 
-def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str) -> str | None:
+def span_labels(steps: int, head: tuple[int, int], tail: tuple[int, int], dash: str = "\u2013") -> list[str]:
+    """Column headers for the start and the end of a run of ``steps`` steps, worded as :func:`spans` words them.
+
+    ``head`` and ``tail`` are the first and last step numbers of the first and the last span.
+    The report, ``scan`` and ``compare`` all head their tables with these.
+
+    >>> span_labels(1, (3, 3), (3, 3)), span_labels(3, (1, 1), (3, 3))
+    (['step 3'], ['first step (1)', 'last step (3)'])
+    >>> span_labels(20, (0, 1), (18, 19), dash="-")
+    ['first tenth (steps 0-1)', 'last tenth (steps 18-19)']
+    """
+    span = spans(steps)
+    if span.single:
+        return [f"step {head[0]}"]
+    if span.by_step:
+        return [f"first step ({head[0]})", f"last step ({tail[-1]})"]
+
+    def where(a: int, b: int) -> str:
+        return f"step {a}" if a == b else f"steps {a}{dash}{b}"
+
+    return [f"first tenth ({where(*head)})", f"last tenth ({where(*tail)})"]
+
+
+def span_labels_of(steps: Sequence[int], dash: str = "\u2013") -> list[str]:
+    """:func:`span_labels` for a run's full list of steps."""
+    size = spans(len(steps)).size
+    return span_labels(len(steps), (steps[0], steps[size - 1]), (steps[-size], steps[-1]), dash)
+
+
+def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str,
+           key: str | None = None) -> str | None:
     """``"<label> went from A <start> to B <end>"`` (or ``stayed at``; ``was`` on a 1-step run).
 
     From 10 steps on, A and B are means over the first and last tenth; below, the values at
     the first and last step that logged the metric (named by number when that is not the
-    run's first or last step). None when the series holds no finite value.
+    run's first or last step). None when the series holds no finite value. ``key`` names the
+    metric, for the formatting rule (:func:`.numbers.number`: a count is an integer).
     """
     if values is None or not np.isfinite(values).any():
         return None
     span = spans(len(steps))
     if span.single:
-        return f"{label} was {_fmt(float(values[0]), fmt)}"
+        return f"{label} was {_fmt(float(values[0]), fmt, key)}"
     if span.by_step:
         logged = np.flatnonzero(np.isfinite(values))
         i, j = int(logged[0]), int(logged[-1])
         if i == j:
-            return f"{label} was {_fmt(float(values[i]), fmt)} at step {steps[i]}, the only step that logged it"
+            return f"{label} was {_fmt(float(values[i]), fmt, key)} at step {steps[i]}, the only step that logged it"
         first, last = float(values[i]), float(values[j])
         start = span.start if i == 0 else f"step {steps[i]}"
         end = span.end if j == len(steps) - 1 else f"step {steps[j]} (the last that logged it)"
@@ -106,8 +138,8 @@ def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str) -
         if not math.isfinite(first) or not math.isfinite(last):
             known, where, other = ((last, span.last, span.start) if math.isfinite(last)
                                    else (first, span.first, span.end))
-            return f"{label} was {_fmt(known, fmt)} {where} (not logged in {other})"
-    a, b = _fmt(first, fmt), _fmt(last, fmt)
+            return f"{label} was {_fmt(known, fmt, key)} {where} (not logged in {other})"
+    a, b = _fmt(first, fmt, key), _fmt(last, fmt, key)
     if a == b:
         return f"{label} stayed at {a} from {start} to {end}"
     return f"{label} went from {a} {span.preposition} {start} to {b} {span.preposition} {end}"
@@ -128,11 +160,11 @@ def peak(run: RunData, label: str, values: np.ndarray | None, fmt: str) -> str |
     return f"{label} peaked at {text} at step {int(run.steps[top])}"
 
 
-def _fmt(value: float, fmt: str) -> str | None:
-    """``fmt`` applied; an exact 0 in scientific notation reads ``0``; None for NaN and infinities."""
+def _fmt(value: float, fmt: str, key: str | None = None) -> str | None:
+    """The formatting rule (:func:`.numbers.number`); None for NaN and infinities."""
     if not math.isfinite(value):
         return None
-    return "0" if value == 0 and "e}" in fmt else fmt.format(value)
+    return number(value, fmt, key)
 
 
 def sentences(parts: Sequence[str | None]) -> str:
@@ -156,16 +188,22 @@ class DegenerateCheck:
         """``Degenerate groups over the run: 1029 observed vs 1009.2 expected, z = +0.88 (...)``, as the demo
         prints it."""
         which = "every generated group" if self.generated else "training batch"
-        z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
+        z = "n/a" if not math.isfinite(self.z) else _z(self.z)
         return (f"Degenerate groups over the run ({which}, {plural(self.steps, 'step')}): "
                 f"{self.observed:.0f} observed vs {self.expected:.1f} expected, z = {z}; {self.source}.")
 
     def short(self) -> str:
         """The same counts in a caption:
         ``over the run, 1029 degenerate groups were observed vs 1009.2 expected (z = +0.88)``."""
-        z = "n/a" if not math.isfinite(self.z) else f"{self.z:+.2f}"
+        z = "n/a" if not math.isfinite(self.z) else _z(self.z)
         return (f"over the run, {self.observed:.0f} degenerate groups were observed vs {self.expected:.1f} "
                 f"expected (z = {z})")
+
+
+def _z(z: float) -> str:
+    """A z-score with its sign, ``+0.00`` (never ``-0.00``) when it rounds to zero."""
+    text = f"{z:+.2f}"
+    return "+0.00" if text == "-0.00" else text
 
 
 _DEMO_SOURCE = ("expected from p^G + (1-p)^G with the demo policy's success probabilities, "

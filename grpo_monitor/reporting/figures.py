@@ -8,6 +8,7 @@ run lacks gets a note saying which call logs its principal key (from the metric 
 from __future__ import annotations
 
 from . import captions, plots, plots_tokens
+from .notes import advice
 from .plots_core import FigureSpec
 
 _KL_KEYS = tuple(f"grpo/kl/{k}_mean" for k in ("k1", "k2", "k3")) + ("grpo/kl/user_mean",)
@@ -29,9 +30,9 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("convention", "Std convention and stabilizer",
                ("grpo/adv/convention_id", "grpo/adv/convention_scale", "grpo/adv/stabilizer"),
                plots.draw_convention, captions.convention),
-    FigureSpec("history", "Per-question history",
+    FigureSpec("overdispersion_stuck", "Overdispersion and stuck questions",
                ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions"),
-               plots.draw_history, captions.history),
+               plots.draw_overdispersion_stuck, captions.overdispersion_stuck),
     FigureSpec("kl", "KL estimators", _KL_KEYS, plots.draw_kl, captions.kl),
     FigureSpec("ratio", "Importance ratio and clipping",
                ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
@@ -48,15 +49,10 @@ FIGURES: tuple[FigureSpec, ...] = (
 )
 
 
-def how_to_log(spec: FigureSpec) -> str:
-    """Which call (and which of its arguments) logs the figure's principal key, from the metric catalogue.
+def how_to_log(spec: FigureSpec, integration: str = "api", settings: dict | None = None) -> str:
+    """What a run from ``integration`` does to get the figure's principal key (:func:`.notes.advice`).
 
     >>> how_to_log(FIGURES[-4])
-    'call observe_loss with logprobs, ref_logprobs'
+    'logged when you call observe_loss with logprobs, ref_logprobs'
     """
-    from ..catalog.metrics import METRICS
-
-    entry = METRICS.get(spec.keys[0])
-    if entry is None:
-        return f"log {spec.keys[0]}"
-    return f"call {entry.source}" + (f" with {entry.needs}" if entry.needs else "")
+    return advice(spec.keys[0], integration, settings or {})

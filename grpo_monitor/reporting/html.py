@@ -5,14 +5,14 @@ from __future__ import annotations
 import base64
 import datetime
 import html
-import math
 from collections.abc import Collection, Sequence
 
 import numpy as np
 
 from .data import RunData
-from .facts import Spans, degenerate_check, ends, plural, spans
+from .facts import Spans, degenerate_check, ends, plural, span_labels_of, spans
 from .locations import where_else
+from .numbers import constant_by_definition, html_prose, number
 
 #: (label, key, format) of the summary table: the start of the run against its end.
 SUMMARY_METRICS: tuple[tuple[str, str, str], ...] = (
@@ -64,8 +64,8 @@ def _esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _fmt(value: float, fmt: str) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else fmt.format(value)
+def _fmt(value: float, fmt: str, key: str | None = None) -> str:
+    return number(value, fmt, key)
 
 
 def status_block(run: RunData) -> str:
@@ -87,21 +87,12 @@ def status_block(run: RunData) -> str:
 def check_block(run: RunData) -> str:
     """The run-level count of degenerate groups against its prediction, with the z-score; empty without one."""
     check = degenerate_check(run)
-    return "" if check is None else f'<p class="check" id="run-check">{_esc(check.sentence())}</p>'
+    return "" if check is None else f'<p class="check" id="run-check">{html_prose(check.sentence())}</p>'
 
 
 def _span_headers(run: RunData, span: Spans) -> list[str]:
-    steps = run.steps.tolist()
-    if span.single:
-        return [f"step {steps[0]}"]
-    if span.by_step:
-        return [f"first step ({steps[0]})", f"last step ({steps[-1]})"]
-    head, tail = steps[:span.size], steps[-span.size:]
-    return [f"first tenth ({_step_range(head)})", f"last tenth ({_step_range(tail)})"]
-
-
-def _step_range(steps: list[int]) -> str:
-    return f"step {steps[0]}" if len(steps) == 1 else f"steps {steps[0]}&ndash;{steps[-1]}"
+    """The start/end column headers, worded as the captions word them (:func:`.facts.span_labels`)."""
+    return [html.escape(h) for h in span_labels_of([int(s) for s in run.steps])]
 
 
 def summary_table(run: RunData) -> str:
@@ -114,7 +105,7 @@ def summary_table(run: RunData) -> str:
         series = run.series(key)
         if series is not None and run.has(key):
             values = ends(series, span)[-width:]
-            cells = "".join(f"<td class=num>{_fmt(v, fmt)}</td>" for v in values)
+            cells = "".join(f"<td class=num>{_fmt(v, fmt, key)}</td>" for v in values)
             rows.append(f"<tr><th>{_esc(label)}</th>{cells}</tr>")
     head = "<tr><th></th>" + "".join(f"<th>{h}</th>" for h in headers) + "</tr>"
     return f'<table id="summary">{head}{"".join(rows)}</table>'
@@ -159,14 +150,14 @@ def violations_table(run: RunData, limit: int = 50) -> str:
 def figure_block(name: str, title: str, caption: str, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure id="fig-{_esc(name)}"><img alt="{_esc(title)}" src="data:image/png;base64,{data}">'
-            f"<figcaption><b>{_esc(title)}.</b> {_esc(caption)}</figcaption></figure>")
+            f"<figcaption><b>{_esc(title)}.</b> {html_prose(caption)}</figcaption></figure>")
 
 
 def other_metrics(run: RunData, shown: Collection[str]) -> str:
     """Every logged metric no figure shows: its meaning (from the catalogue), start, end, min and max, collapsed."""
     from ..catalog.metrics import METRICS
 
-    keys = [k for k in sorted(run.metrics) if k not in shown and run.has(k)]
+    keys = [k for k in sorted(run.metrics) if k not in shown and run.has(k) and not constant_by_definition(k)]
     if not keys:
         return ""
     span = spans(len(run.steps))
@@ -179,8 +170,8 @@ def other_metrics(run: RunData, shown: Collection[str]) -> str:
         finite = values[np.isfinite(values)]
         cells = [*ends(values, span)[-len(headers):], float(finite.min()), float(finite.max())]
         meaning = METRICS[key].meaning if key in METRICS else "not a monitor key (add_metrics, or another writer)"
-        rows.append(f"<tr><th><code>{_esc(key)}</code></th><td class=what>{_esc(meaning)}</td>"
-                    + "".join(f"<td class=num>{v:.4g}</td>" for v in cells) + "</tr>")
+        rows.append(f"<tr><th><code>{_esc(key)}</code></th><td class=what>{html_prose(meaning)}</td>"
+                    + "".join(f"<td class=num>{_fmt(v, '{:.4g}', key)}</td>" for v in cells) + "</tr>")
     head = ("<tr><th>metric</th><th>meaning</th>" + "".join(f"<th>{h}</th>" for h in headers)
             + "<th>min</th><th>max</th></tr>")
     return (f'<details id="other-metrics"><summary>Other logged metrics ({plural(len(keys), "key")} not in a figure)'
@@ -208,6 +199,6 @@ def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], no
         "<h2>Figures</h2>",
     ]
     parts += [figure_block(*fig) for fig in figures]
-    parts += [f'<p class="meta note">{_esc(note)}</p>' for note in notes]
+    parts += [f'<p class="meta note">{html_prose(note)}</p>' for note in notes]
     parts += [other_metrics(run, shown), f"<script>{_SCRIPT}</script>", "</main></body></html>"]
     return "\n".join(parts)

@@ -36,7 +36,7 @@ from .plots_core import (
     smoothed,
 )
 
-__all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_history", "draw_kl",
+__all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_overdispersion_stuck", "draw_kl",
            "draw_prompts", "draw_question_std", "draw_sampling", "draw_violations", "group_size",
            "question_std_matrix", "rolling_mean"]
 
@@ -85,7 +85,7 @@ def draw_prompts(run: RunData):
     fig, (ax, ax2) = figure(2, height=2.6)
     noisy(ax, run, run.series("grpo/groups/effective_prompts"), GREEN, "effective prompts")
     line(ax, run, run.series("grpo/groups/total"), GREY, "groups in the training batch", (0, (5, 3)), zorder=4,
-         marker=None)
+         **({} if len(run.steps) <= 30 else {"marker": None}))  # a short run's points need their markers
     fit_ylim(ax, floor=0.0, extra=[0.0], integer=True)
     finish(ax, run, "groups", "Effective prompts: the groups the update is really made of")
     noisy(ax2, run, run.series("grpo/reward/mean"), BLUE, "mean reward (training batch)")
@@ -100,31 +100,50 @@ def draw_prompts(run: RunData):
 def question_std_matrix(run: RunData, bins: int = 25, max_columns: int = 60) -> tuple[np.ndarray, list[str]] | None:
     """(fraction of groups per row and column, row labels) of ``grpo/reward/question_std``.
 
-    Consecutive steps are pooled so that there are at most ``max_columns`` columns.
-    With at most 12 distinct values (binary rewards, fixed G) each value gets its own row
-    (0, the degenerate groups, always at the bottom);
-    otherwise the range is cut into ``bins`` equal bins.
+    Consecutive steps are pooled so that there are at most ``max_columns`` columns. The
+    bottom row is always the degenerate groups (std exactly 0). Two-valued rewards (0/1, or
+    any two values) give a group std of c * sqrt(k (G - k)) for k successes of G, whatever
+    the convention: then each such value gets its own row. Any other rewards (continuous,
+    or G unknown) are binned: the range above 0 is cut into equal bins (at most ``bins``,
+    about the square root of the number of values), so the heatmap shows a distribution,
+    not one row per distinct value.
     """
     per_step = run.histograms.get("grpo/reward/question_std")
     if not per_step or not any(per_step):
         return None
     finite = [np.asarray([v for v in (h or []) if v is not None and math.isfinite(v)], dtype=float) for h in per_step]
+    finite = [np.round(h, 9) for h in finite]
     values = np.concatenate([h for h in finite if h.size]) if any(h.size for h in finite) else np.zeros(0)
-    distinct = np.unique(np.concatenate([[0.0], np.round(values, 9)]))  # the degenerate row is always shown
-    if 0 < len(distinct) <= 12:
+    live = np.unique(values[values > 0])
+    if _two_valued(live, group_size(run)):
+        distinct = np.concatenate([[0.0], live])
         edges = np.concatenate([[-np.inf], (distinct[1:] + distinct[:-1]) / 2, [np.inf]])
         labels = [f"{v:.3g}" + (" (degenerate)" if v == 0 else "") for v in distinct]
     else:
-        top = float(values.max()) if values.size else 1.0
-        edges = np.linspace(0.0, max(top, 1e-12) * 1.0001, bins + 1)
-        labels = [f"{e:.3g}" for e in edges[:-1]]
+        top = float(live.max()) if live.size else 1.0
+        n = int(min(bins, max(4, math.ceil(math.sqrt(max(1, int((values > 0).sum())))))))
+        inner = np.linspace(0.0, top * 1.0001, n + 1)
+        edges = np.concatenate([[-np.inf, 1e-12], inner[1:]])  # row 0: exactly 0; then (0, top]
+        labels = ["0 (degenerate)"] + [f"{lo:.3g}\u2013{hi:.3g}" for lo, hi in zip(inner[:-1], inner[1:], strict=True)]
     pool = max(1, math.ceil(len(finite) / max_columns))
     columns = [np.concatenate(finite[i:i + pool]) for i in range(0, len(finite), pool)]
     matrix = np.full((len(edges) - 1, len(columns)), np.nan)
     for i, h in enumerate(columns):
         if h.size:
-            matrix[:, i] = np.histogram(np.round(h, 9), bins=edges)[0] / h.size
+            matrix[:, i] = np.histogram(h, bins=edges)[0] / h.size
     return matrix, labels
+
+
+def _two_valued(live: np.ndarray, G: int | None) -> bool:
+    """Whether the distinct non-zero group stds are c * sqrt(k (G - k)) for one c (two-valued rewards, G fixed)."""
+    if G is None or not live.size or len(live) > G // 2:
+        return False
+    roots = np.sqrt([k * (G - k) for k in range(1, G // 2 + 1)])
+    for root in roots:  # the largest value is c * root for one of them
+        c = live[-1] / root
+        if all(np.min(np.abs(roots * c - v)) <= 1e-6 * max(v, 1e-12) + 1e-9 for v in live):
+            return True
+    return False
 
 
 def draw_question_std(run: RunData):
@@ -135,7 +154,7 @@ def draw_question_std(run: RunData):
     if found is None:
         return None
     matrix, labels = found
-    fig, (ax,) = figure(1, height=max(2.6, 0.32 * len(labels) + 1.4) if len(labels) <= 12 else 3.4)
+    fig, (ax,) = figure(1, height=max(2.6, 0.32 * len(labels) + 1.4) if len(labels) <= 12 else 3.6)
     x0, x1 = float(run.steps[0]) - 0.5, float(run.steps[-1]) + 0.5  # a column centred on its step
     top = float(np.nanmax(matrix)) if np.isfinite(matrix).any() else 1.0
     image = ax.imshow(matrix, origin="lower", aspect="auto", interpolation="nearest", cmap="viridis",
@@ -187,9 +206,9 @@ def draw_advantages(run: RunData):
 
 def group_size(run: RunData) -> int | None:
     """G from the run's settings, else rows per group when one value holds at every step (ledger, or advantages)."""
-    declared = run.meta.get("group_size")
-    if isinstance(declared, int) and declared >= 2:
-        return declared
+    for declared in (run.meta.get("group_size"), run.config.get("group_size")):
+        if isinstance(declared, int) and declared >= 2:
+            return declared
     groups = run.series("grpo/sampling/generated_groups")
     rows = run.series("grpo/sampling/generated_responses")
     if groups is None or rows is None:
@@ -261,8 +280,8 @@ def draw_convention(run: RunData):
     return fig
 
 
-def draw_history(run: RunData):
-    """Per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
+def draw_overdispersion_stuck(run: RunData):
+    """From the per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
     keys = ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions")
     made = panels(run, keys, height=2.5)
     if made is None:
@@ -284,23 +303,39 @@ def draw_history(run: RunData):
 
 
 def draw_kl(run: RunData):
-    """The three KL estimators per token, the trainer's own KL, and the exact KL when the demo knows it."""
+    """k1 and k3 per token with the exact KL when the demo knows it; below, k2 and the trainer's own KL as their
+    difference to k3 (all four nearly coincide on one axis: a small KL makes k2 ~ k3, and most trainers use k3)."""
     keys = [f"grpo/kl/{k}_mean" for k in ("k1", "k2", "k3")]
     if not any(run.has(k) for k in (*keys, "grpo/kl/user_mean")):
         return None
-    fig, (ax,) = figure(1, height=3.2)
-    for key, color, style in zip(keys, (ORANGE, PURPLE, BLUE), ("-", "-", "-"), strict=True):
-        line(ax, run, run.series(key), color, key, style)
-    line(ax, run, run.series("grpo/kl/user_mean"), GREEN, "grpo/kl/user_mean (the KL your loss uses)", (0, (2, 2)))
+    k3 = run.series(keys[2])
+    against = [(key, color, label) for key, color, label in (
+        (keys[1], PURPLE, "k2 - k3 (grpo/kl/k2_mean - grpo/kl/k3_mean)"),
+        ("grpo/kl/user_mean", GREEN, "your loss's KL - k3 (grpo/kl/user_mean - grpo/kl/k3_mean)"))
+        if run.has(key) and k3 is not None]
+    fig, axes = figure(2 if against else 1, height=3.0 if against else 3.2)
+    ax = axes[0]
+    line(ax, run, run.series(keys[0]), ORANGE, keys[0], "-")
+    line(ax, run, k3, BLUE, keys[2], "-")
+    if k3 is None:  # no k3 to compare with: the trainer's KL on its own
+        line(ax, run, run.series("grpo/kl/user_mean"), GREEN, "grpo/kl/user_mean (the KL your loss uses)", "-")
     line(ax, run, run.theory.get("kl_per_token"), "black", "exact KL(policy || reference) per token (demo policy)", ":")
-    k3, kl = run.theory.get("k3_per_token"), run.theory.get("kl_per_token")
-    if k3 is not None and kl is not None and not np.allclose(k3, kl, equal_nan=True):
-        line(ax, run, k3, GREY, "exact E[k3] on the trained responses (dynamic sampling filters them)", "-.")
+    exact_k3, kl = run.theory.get("k3_per_token"), run.theory.get("kl_per_token")
+    if exact_k3 is not None and kl is not None and not np.allclose(exact_k3, kl, equal_nan=True):
+        line(ax, run, exact_k3, GREY, "exact E[k3] on the trained responses (dynamic sampling filters them)", "-.")
     reference(ax, 0.0, GREY, None)
     fit_ylim(ax, min_span=1e-3, extra=[0.0])
     finish(ax, run, "KL per token",
-           "KL to the reference: k1 = -u, k2 = u^2/2, k3 = e^u - u - 1 with u = log(ref/policy)")
-    ax.set_xlabel("step")
+           "KL to the reference: k1 = -u, k3 = e^u - u - 1 with u = log(ref/policy)")
+    if against and k3 is not None:
+        ax = axes[1]
+        for key, color, label in against:
+            values = run.series(key)
+            line(ax, run, None if values is None else values - k3, color, label, "-")
+        reference(ax, 0.0, GREY, "0: the same as k3")
+        fit_ylim(ax, min_span=1e-6, extra=[0.0])
+        finish(ax, run, "difference to k3", "k2 = u^2/2 and the KL your loss uses, as their difference to k3")
+    axes[-1].set_xlabel("step")
     return fig
 
 

@@ -151,9 +151,78 @@ def finish(ax, run: RunData, ylabel: str, title: str, headroom: bool = True) -> 
     handles, labels = ax.get_legend_handles_labels()
     if not handles or not headroom:  # a heatmap has no free space: its title says what the vertical lines are
         return
+    separate_coinciding(ax)  # may lengthen labels: before the legend's columns are chosen
+    handles, labels = ax.get_legend_handles_labels()
     ncol = _columns(labels, _axes_width(ax))
     _make_headroom(ax, rows=-(-len(handles) // ncol))
     ax.legend(fontsize=8, loc="upper left", ncol=ncol, framealpha=0.9, borderaxespad=0.3)
+
+
+#: Markers that tell coinciding series apart, in turn: (marker, size); hollow, in the series' colour.
+_APART = (("o", 9.0), ("s", 6.5), ("^", 6.5), ("D", 5.0))
+#: Two series closer than this (pixels, about a line's width) at most steps would hide one another.
+COINCIDE_PX = 3.0
+#: ... "most steps": this share of the steps where both are finite.
+COINCIDE_SHARE = 0.75
+
+
+def separate_coinciding(ax) -> None:
+    """Make every labelled series visible where it would sit on another one (within 3 px at 3 steps in 4).
+
+    A series drawn on an earlier one becomes hollow markers in its own colour (no line), so
+    the line below shows through, and its legend entry says which series it coincides with;
+    a series lying on a horizontal reference line gets filled markers. Every figure gets this
+    from :func:`finish`, so no legend entry names a line nobody can see.
+    """
+    data = [ln for ln in ax.get_lines() if _labelled(ln) and ln.get_transform() == ax.transData]
+    refs = [ln for ln in ax.get_lines() if ln.get_transform() == ax.get_yaxis_transform()]
+    used = 0
+    for j, later in enumerate(data):
+        under = next((e for e in data[:j] if _coincide(ax, e, later)), None)
+        if under is not None:
+            marker, size = _APART[used % len(_APART)]
+            used += 1
+            later.set(linestyle="none", marker=marker, markersize=size, markerfacecolor="none",
+                      markeredgewidth=1.6, markevery=_every(later))
+            later.set_label(f"{later.get_label()} (coincides with {_short(under.get_label())})")
+            continue
+        ref = next((r for r in refs if _coincide(ax, r, later)), None)
+        if ref is not None:
+            later.set(marker="o", markersize=6, markevery=_every(later))
+            if _labelled(ref):
+                later.set_label(f"{later.get_label()} (on the line {_short(ref.get_label())})")
+
+
+def _labelled(line) -> bool:
+    label = line.get_label()
+    return bool(label) and not label.startswith("_")
+
+
+def _short(label: str) -> str:
+    """A legend label without its parenthesised aside: ``grpo/kl/user_mean (the KL ...)`` -> ``grpo/kl/user_mean``."""
+    return label.split(" (")[0]
+
+
+def _every(line) -> int:
+    """At most about 40 markers along a series."""
+    return max(1, len(line.get_xdata()) // 40)
+
+
+def _coincide(ax, a, b) -> bool:
+    """Whether ``b`` lies within COINCIDE_PX of ``a`` at COINCIDE_SHARE of the steps where both are finite."""
+    xb, yb = (np.asarray(v, dtype=float) for v in (b.get_xdata(), b.get_ydata()))
+    if a.get_transform() == ax.get_yaxis_transform():  # a horizontal reference: one y for every x
+        ya = np.full_like(yb, float(np.asarray(a.get_ydata(), dtype=float)[0]))
+    else:
+        xa, ya = (np.asarray(v, dtype=float) for v in (a.get_xdata(), a.get_ydata()))
+        if xa.shape != xb.shape or not np.array_equal(xa, xb):
+            return False
+    both = np.isfinite(ya) & np.isfinite(yb) & np.isfinite(xb)
+    if not both.any():
+        return False
+    pa = ax.transData.transform(np.column_stack([xb[both], ya[both]]))[:, 1]
+    pb = ax.transData.transform(np.column_stack([xb[both], yb[both]]))[:, 1]
+    return bool(np.mean(np.abs(pa - pb) <= COINCIDE_PX) >= COINCIDE_SHARE)
 
 
 def _axes_width(ax) -> float:
@@ -170,8 +239,11 @@ def _axes_width(ax) -> float:
 def _columns(labels: list[str], width: float) -> int:
     """The most legend columns (up to 3) whose labels fit in ``width`` inches at font size 8."""
     for ncol in (3, 2):
-        rows = -(-len(labels) // ncol)
-        columns = [labels[i * rows:(i + 1) * rows] for i in range(ncol)]  # matplotlib fills column by column
+        # matplotlib fills column by column, the first len % ncol columns one entry longer than the others
+        rows, extra = divmod(len(labels), ncol)
+        sizes = [rows + (i < extra) for i in range(ncol)]
+        starts = np.cumsum([0, *sizes])
+        columns = [labels[starts[i]:starts[i + 1]] for i in range(ncol)]
         if len(labels) >= ncol and sum(0.058 * max(map(len, c)) + 0.6 for c in columns if c) <= width:
             return ncol
     return 1

@@ -207,4 +207,5 @@ _FIELDS: dict[str, tuple[bool, Callable[[Any], Problem]]] = {
     "failed": (False, _check_type(bool, "true or false")),
     "histograms": (False, _check_histograms),
     "flagged_questions": (False, _check_type(list, "an array of question ids")),
+    "run": (False, _check_type(dict, "the run record (an object: integration, settings, config)")),
 }

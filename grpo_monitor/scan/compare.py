@@ -18,6 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from ..reporting.facts import plural
+from ..reporting.numbers import number
+
 #: (title, y label, [(metric key, line label, dashes)]) of the panels, top to bottom.
 PANELS: tuple[tuple[str, str, tuple[tuple[str, str, str], ...]], ...] = (
     ("Degenerate groups (no reward variation)", "share of groups",
@@ -40,17 +43,25 @@ COLORS = ("#1f77b4", "#ff7f0e")
 
 
 def tenths(values: np.ndarray | None) -> tuple[float, float]:
-    """Mean of the finite values over the first and the last tenth of the steps (NaN when none).
+    """The start and the end of a run as the report compares them (:func:`grpo_monitor.reporting.facts.spans`):
+    the mean over the first and the last tenth from 10 steps on, else the first and the last step.
 
-    >>> tenths(np.arange(20.0))
-    (0.5, 18.5)
+    >>> tenths(np.arange(20.0)), tenths(np.arange(3.0))
+    ((0.5, 18.5), (0.0, 2.0))
     """
+    from ..reporting.facts import ends, spans
+
     if values is None or len(values) == 0:
         return math.nan, math.nan
-    n = max(1, len(values) // 10)
-    parts = (values[:n], values[-n:])
-    first, last = (float(np.mean(p[np.isfinite(p)])) if np.isfinite(p).any() else math.nan for p in parts)
-    return first, last
+    return ends(values, spans(len(values)))
+
+
+def span_headers(run: Any, label: str) -> list[str]:
+    """``<label> first step (1)``, ``<label> last tenth (steps 90-99)``: the run's two columns, worded as in
+    the report."""
+    from ..reporting.facts import span_labels_of
+
+    return [f"{label} {w}" for w in span_labels_of([int(s) for s in run.steps], dash="-")]
 
 
 def rolling(values: np.ndarray, window: int) -> np.ndarray:
@@ -107,17 +118,13 @@ def _plot_run(ax: Any, run: Any, label: str, color: str, series: Sequence[tuple[
         ax.plot(run.steps, rolling(values, window), color=color, linestyle=dashes, linewidth=1.6, label=name)
 
 
-def _fmt(value: float, fmt: str) -> str:
-    return "n/a" if not math.isfinite(value) else fmt.format(value)
-
-
 def table_rows(runs: Sequence[Any]) -> list[tuple[str, list[str]]]:
-    """(label, [A first, A last, B first, B last]) per metric either run logged."""
+    """(label, [A first, A last, B first, B last]) per metric either run logged (one cell for a 1-step run)."""
     rows = []
     for label, key, fmt in TABLE:
         if not any(r.has(key) for r in runs):
             continue
-        cells = [_fmt(v, fmt) for r in runs for v in tenths(r.series(key))]
+        cells = [number(v, fmt, key) for r in runs for v in tenths(r.series(key))[:len(span_headers(r, ""))]]
         rows.append((label, cells))
     return rows
 
@@ -131,13 +138,18 @@ def violation_rows(run: Any) -> list[tuple[str, int, int]]:
 
 
 def compare_text(runs: Sequence[Any], labels: Sequence[str]) -> str:
-    """The comparison as a terminal table."""
-    head = "".join(f"{f'{lab} first':>14}{f'{lab} last':>14}" for lab in labels)
-    lines = [f"{'':32}{head}"]
-    lines += [f"{label:32}" + "".join(f"{c:>14}" for c in cells) for label, cells in table_rows(runs)]
+    """The comparison as a terminal table: every column as wide as its header or its widest cell, two spaces
+    apart, right-aligned under its header."""
+    headers = [h for run, lab in zip(runs, labels, strict=True) for h in span_headers(run, lab)]
+    rows = table_rows(runs)
+    first = max([len(label) for label, _ in rows] + [0])
+    widths = [max([len(h)] + [len(cells[i]) for _, cells in rows]) for i, h in enumerate(headers)]
+    lines = [" " * first + "".join(f"  {h:>{w}}" for h, w in zip(headers, widths, strict=True))]
+    lines += [f"{label:{first}}" + "".join(f"  {c:>{w}}" for c, w in zip(cells, widths, strict=True))
+              for label, cells in rows]
     for run, label in zip(runs, labels, strict=True):
         found = violation_rows(run)
-        text = "; ".join(f"{n} from step {s} ({k} steps)" for n, s, k in found) or "none"
+        text = "; ".join(f"{n} from step {s} ({plural(k, 'step')})" for n, s, k in found) or "none"
         lines.append(f"violations {label}: {text}")
     return "\n".join(lines)
 
@@ -196,8 +208,8 @@ _CSS = ("body{font-family:system-ui,sans-serif;margin:0;background:#f6f7f9;color
 def render(runs: Sequence[Any], labels: Sequence[str], png: bytes) -> str:
     """The self-contained comparison page."""
     esc = html.escape
-    head = "".join(f'<th class="{c}">{esc(lab)} first tenth</th><th class="{c}">{esc(lab)} last tenth</th>'
-                   for lab, c in zip(labels, "ab", strict=False))
+    head = "".join(f'<th class="{c}">{esc(h)}</th>' for run, lab, c in zip(runs, labels, "ab", strict=False)
+                   for h in span_headers(run, lab))
     rows = "".join(f"<tr><th>{esc(label)}</th>" + "".join(f"<td class=num>{esc(c)}</td>" for c in cells) + "</tr>"
                    for label, cells in table_rows(runs))
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',

@@ -1,4 +1,4 @@
-"""The terminal summary of a scan: trends (first and last tenth), questions, violations by step.
+"""The terminal summary of a scan: trends (start against end, worded as the report), questions, violations by step.
 
 The trends are read back from the ``monitor.jsonl`` the scan wrote (two streaming passes:
 memory does not grow with the steps); violations are folded in as the steps go by.
@@ -15,6 +15,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from ..reporting.facts import plural
+from ..reporting.numbers import number, plain
 
 #: A :class:`~grpo_monitor.scan.run.ScanResult` (run.py imports this module, so it is not imported here).
 ScanResult = Any
@@ -102,7 +105,7 @@ class ViolationLog:
         return sum(log.error for log in self.by_invariant.values())
 
 
-def _metric_lines(path: Path):
+def _records(path: Path):
     with open(path, "rb") as f:
         for raw in f:
             try:
@@ -110,15 +113,23 @@ def _metric_lines(path: Path):
             except json.JSONDecodeError:
                 continue
             if isinstance(record, dict) and isinstance(record.get("metrics"), dict):
-                yield record["metrics"]
+                yield record
 
 
-def trends(log: Path, keys: Sequence[str] = TREND_KEYS) -> dict[str, tuple[float, float]]:
-    """Per key, the mean of its finite values over the first and over the last tenth of the steps."""
-    total = sum(1 for _ in _metric_lines(log))
-    tenth = max(1, total // 10)
+def trends(log: Path, keys: Sequence[str] = TREND_KEYS) -> tuple[dict[str, tuple[float, float]], list[str]]:
+    """Per key, the start and the end of the run as the report compares them (the mean over the first and the
+    last tenth of the steps from 10 steps on, else the first and the last step), and the two column headers
+    worded as the report words them (:func:`grpo_monitor.reporting.facts.span_labels`)."""
+    from ..reporting.facts import span_labels, spans
+
+    total = sum(1 for _ in _records(log))
+    tenth = spans(max(1, total)).size
     sums = {k: [0.0, 0, 0.0, 0] for k in keys}
-    for i, metrics in enumerate(_metric_lines(log)):
+    at: dict[int, int] = {}  # record index -> step, at the edges of both spans
+    for i, record in enumerate(_records(log)):
+        if i in (0, tenth - 1, total - tenth, total - 1):
+            at[i] = int(record.get("step", i))
+        metrics = record["metrics"]
         for k in keys:
             value = metrics.get(k)
             if not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -130,11 +141,11 @@ def trends(log: Path, keys: Sequence[str] = TREND_KEYS) -> dict[str, tuple[float
             if i >= total - tenth:
                 acc[2] += value
                 acc[3] += 1
-    return {k: (a / n if n else math.nan, b / m if m else math.nan) for k, (a, n, b, m) in sums.items()}
-
-
-def _fmt(value: float, fmt: str) -> str:
-    return "n/a" if not math.isfinite(value) else fmt.format(value)
+    values = {k: (a / n if n else math.nan, b / m if m else math.nan) for k, (a, n, b, m) in sums.items()}
+    if not at:
+        return values, ["first", "last"]
+    head, tail = (at[0], at[tenth - 1]), (at[total - tenth], at[total - 1])
+    return values, span_labels(total, head, tail, dash="-")
 
 
 def format_summary(result: ScanResult, questions_shown: int = 5) -> str:
@@ -147,16 +158,17 @@ def format_summary(result: ScanResult, questions_shown: int = 5) -> str:
         f"  monitor: group_size={result.config.get('group_size')}, std_convention="
         f"{result.config.get('std_convention')}{_source(result.config)}, advantages "
         f"{'recorded' if result.advantages else 'not recorded'}",
-        f"  {'':26}{'first tenth':>12}  {'last tenth':>12}",
     ]
-    found = trends(result.log)
-    for label, key, fmt in TRENDS:
-        first, last = found[key]
-        if math.isfinite(first) or math.isfinite(last):
-            lines.append(f"  {label:26}{_fmt(first, fmt):>12}  {_fmt(last, fmt):>12}")
+    found, headers = trends(result.log)
+    rows = [(label, [number(v, fmt, key) for v in found[key][:len(headers)]]) for label, key, fmt in TRENDS
+            if any(math.isfinite(v) for v in found[key])]
+    widths = [max([len(h)] + [len(cells[i]) for _, cells in rows]) for i, h in enumerate(headers)]
+    lines.append(f"  {'':26}" + "  ".join(f"{h:>{w}}" for h, w in zip(headers, widths, strict=True)))
+    lines += [f"  {label:26}" + "  ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True))
+              for label, cells in rows]
     lines += _question_lines(result, questions_shown)
     lines += _violation_lines(result)
-    lines += [f"  note: {n}" for n in result.notes[:10]]
+    lines += [f"  note: {plain(n)}" for n in result.notes[:10]]
     if len(result.notes) > 10:
         lines.append(f"  ({len(result.notes) - 10} more notes)")
     lines.append("  outputs: " + ", ".join(str(p) for p in result.outputs()))
@@ -185,10 +197,10 @@ def _violation_lines(result: ScanResult) -> list[str]:
     logs = result.violations.by_invariant
     if not logs:
         return ["  violations: none"]
-    lines = [f"  violations: {len(logs)} invariant(s) broken, {result.violations.errors} with error severity"]
+    lines = [f"  violations: {plural(len(logs), 'invariant')} broken, {result.violations.errors} with error severity"]
     for log in logs.values():
         severity = "error" if log.error else "warning"
-        lines.append(f"    {log.invariant} ({severity}): from step {log.first_step}, {log.steps} step(s): "
+        lines.append(f"    {log.invariant} ({severity}): from step {log.first_step}, {plural(log.steps, 'step')}: "
                      f"{log.range_text()}")
-        lines.append(f"      first: {log.message[:300]}")
+        lines.append(f"      first: {plain(log.message)[:300]}")
     return lines

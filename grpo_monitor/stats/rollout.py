@@ -25,6 +25,10 @@ _BASE_FIELDS = (
     ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"), ("adv_group_mean_abs_max", "max"),
     ("live_adv_std_sum", "sum"), ("degenerate_abs_max", "max"), ("live_scale_sum", "sum"),
     ("inv_k_sum", "sum"), ("live_std_sum", "sum"), ("typ_abs_adv", "max"), ("nonbinary", "sum"),
+    # the degenerate split and truncation (split_fields)
+    ("reward_min", "min"), ("reward_max", "max"), ("truncation_rows", "sum"), ("truncated_rows", "sum"),
+    ("degenerate_truncated", "sum"), ("len_above_sum", "sum"), ("len_above_rows", "sum"), ("len_below_sum", "sum"),
+    ("len_below_rows", "sum"),
 )
 _CONV_FIELDS = tuple((f"e_{c}_{m}", m) for c in CONVENTIONS for m in ("min", "max"))
 _VIOL_FIELDS = tuple((f"viol_{i}", "sum") for i in GROUP_INVARIANTS)
@@ -50,8 +54,14 @@ def rollout_stats(
     advantages: torch.Tensor | None,
     tol: Tolerances,
     group_size: int | None,
+    lengths: torch.Tensor | None = None,
+    truncated: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, RolloutDetail]:
-    """Sufficient statistics of one rollout (see module docstring); no host sync."""
+    """Sufficient statistics of one rollout (see module docstring); no host sync.
+
+    ``lengths`` (tokens per row) and ``truncated`` (1 where a row was cut at the length limit)
+    are flat and aligned with ``rewards``.
+    """
     seg = as_segments(gid, num_groups)
     s = group_reward_stats(rewards, seg)
     scored, scorable = s.n > 0, s.n.sum()
@@ -69,7 +79,29 @@ def rollout_stats(
         offending.update(_advantage_offenders(s, fit, tol))
         offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
+    vals.update(split_fields(rewards, s, seg, lengths, truncated))
     return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
+
+
+def split_fields(rewards: torch.Tensor, s: GroupRewardStats, seg: Segments, lengths: torch.Tensor | None,
+                 truncated: torch.Tensor | None) -> dict:
+    """The batch's reward range (which degenerate groups are unsolved or solved is decided after the sync,
+    from it), truncated rows and degenerate groups all truncated, and the lengths of rows above and below
+    their group's mean reward (live groups)."""
+    valid = ~torch.isnan(rewards)
+    out = dict(reward_min=torch.where(valid, rewards, torch.inf).amin() if rewards.numel() else torch.inf,
+               reward_max=torch.where(valid, rewards, -torch.inf).amax() if rewards.numel() else -torch.inf)
+    if truncated is not None:
+        all_cut = seg.sum(seg.rows(truncated)) >= s.rows
+        out.update(truncation_rows=float(len(rewards)), truncated_rows=truncated.sum(),
+                   degenerate_truncated=(s.degenerate & all_cut & (s.rows > 0)).sum())
+    if lengths is not None and s.centered is not None and s.valid is not None:
+        live_rows = s.valid & seg.expand(s.live)
+        above, below = live_rows & (s.centered > 0), live_rows & (s.centered < 0)
+        ln = seg.rows(lengths)
+        out.update(len_above_sum=torch.where(above, ln, 0.0).sum(), len_above_rows=above.sum(),
+                   len_below_sum=torch.where(below, ln, 0.0).sum(), len_below_rows=below.sum())
+    return out
 
 
 def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:

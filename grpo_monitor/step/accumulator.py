@@ -123,6 +123,9 @@ class Accumulator:
     estimator: Any = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
+    #: (mask, trainer log-probs, sampler log-probs) of the step's micro-batches with sampler log-probs:
+    #: references, read only on a mismatch breach to name the first offending rows
+    mismatch_batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=list)
 
     def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
         """Merge a rollout's statistics vector; keep its per-group record."""

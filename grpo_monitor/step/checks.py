@@ -62,7 +62,8 @@ def violation(name: str, step: int, observed: str, config: MonitorConfig, groups
     """A :class:`Violation` of ``name`` with its registry hint, expected value and default severity."""
     inv = INVARIANTS[name]
     kw.setdefault("severity", inv.severity)
-    return Violation(name, step, observed, inv.expected(config), groups, inv.hint, **kw)
+    hint = kw.pop("hint", inv.hint)
+    return Violation(name, step, observed, inv.expected(config), groups, hint, **kw)
 
 
 def group_violations(
@@ -200,8 +201,10 @@ def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
     return float(np.median(vals)) if len(vals) else 1.0
 
 
-def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
-    """Token-side invariants from the reduced token statistics of the step."""
+def token_violations(v: dict[str, float], config: MonitorConfig, step: int,
+                     mismatch_batches: Sequence[tuple[torch.Tensor, ...]] = ()) -> list[Violation]:
+    """Token-side invariants from the reduced token statistics of the step (``mismatch_batches``: this
+    rank's (mask, trainer, sampler) micro-batches, to name the first offending rows of a mismatch)."""
     tol, out = config.tolerances, []
     if v.get("mask_nonbinary", 0) > 0:
         n = int(v["mask_nonbinary"])
@@ -214,7 +217,56 @@ def token_violations(v: dict[str, float], config: MonitorConfig, step: int) -> l
     if config.outcome_rewards and spread > tol.token_constant * max(typ, 1e-12):
         out.append(violation("token_constant_advantage", step,
                              f"max within-row spread {spread:.4g} (typical |adv| {typ:.4g})", config))
-    gap = v.get("on_policy_absdiff_max", float("-inf"))
-    if config.expect_on_policy and gap > tol.on_policy:
-        out.append(violation("on_policy", step, f"max |logprobs - old_logprobs| = {gap:.4g} nats", config))
+    if config.expect_on_policy and v.get("ratio_tokens", 0) > 0:
+        out += _on_policy(v, config, step)
+    if v.get("mm_tokens", 0) > 0:
+        found = mismatch_violations(v, config, step)
+        out += [dataclasses.replace(f, groups=worst_rows(mismatch_batches)) for f in found]
     return out
+
+
+def worst_rows(batches: Sequence[tuple[torch.Tensor, ...]], limit: int = _MAX_GROUPS) -> tuple[str, ...]:
+    """The rows with the largest mean k3(trainer - sampler), as 'micro-batch b row r: k3 x' (host, float64)."""
+    scored = []
+    for b, (mask, trainer, sampler) in enumerate(batches):
+        valid = mask.detach().cpu() > 0
+        d = torch.where(valid, trainer.detach().cpu().double() - sampler.detach().cpu().double(), 0.0)
+        k3 = (torch.expm1(d) - d).sum(1) / valid.sum(1).clamp_min(1)
+        scored += [(float(k), b, r) for r, k in enumerate(k3.tolist()) if valid[r].any()]
+    scored.sort(key=lambda t: -t[0] if math.isfinite(t[0]) else -math.inf)
+    return tuple(f"micro-batch {b} row {r}: k3 {k:.3g}" for k, b, r in scored[:limit])
+
+
+def _on_policy(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+    """Trainer against trainer: the mismatch rule (mean k3 of logprobs - old_logprobs), or the bitwise max."""
+    gap, k3 = v["on_policy_absdiff_max"], v["ratio_k3_sum"] / v["ratio_tokens"]
+    text = f"mean k3(logprobs - old_logprobs) = {k3:.4g} nats per token, max |logprobs - old_logprobs| = {gap:.4g}"
+    bad = gap > config.tolerances.on_policy if config.on_policy_bitwise else not k3 <= config.tolerances.mismatch_k3
+    return [violation("on_policy", step, text, config)] if bad else []
+
+
+def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+    """``mismatch``: an error when the mismatch KL is far above numerical noise (unless the sampler lags by
+    design), a warning when the importance weights do not average to 1; noise is never a violation."""
+    from ..stats.tokens.readout import mismatch_metrics
+
+    m, tol = mismatch_metrics(v), config.tolerances
+    k3, z = v["mm_k3_sum"] / v["mm_tokens"], m["grpo/mismatch/ratio_mean_z"]
+    numbers = (f"mismatch KL k3 {k3:.4g} nats per token (noise: <= {tol.mismatch_k3:g}), k1 "
+               f"{m['grpo/mismatch/k1_mean']:.4g}, mean |Delta| {v['mm_abs_sum'] / v['mm_tokens']:.4g}, "
+               f"p99 |Delta| {m['grpo/mismatch/abs_diff_p99']:.4g}, mean importance weight "
+               f"{m['grpo/mismatch/ratio_mean']:.5g} ({z:+.3g} standard errors from 1) over "
+               f"{int(v['mm_tokens'])} tokens")
+    n = int(v["mm_tokens"])
+    if not k3 <= tol.mismatch_k3 and config.max_policy_lag == 0:
+        hint = ("a mismatch KL far above numerical noise: sampler weights not synced (one or more optimizer steps "
+                "stale), log-probs taken before temperature was applied, tokens or the mask shifted by one, or "
+                "another model's log-probs; if the sampler lags by design, declare MonitorConfig.max_policy_lag")
+        return [violation("mismatch", step, numbers, config, count=n, hint=hint)]
+    if not abs(z) <= tol.mismatch_ratio_z and not abs(m["grpo/mismatch/ratio_mean"] - 1) <= tol.mismatch_ratio_bias:
+        hint = ("the importance weights exp(trainer - sampler) do not average to 1, so the sampler's log-probs "
+                "are not those of the distribution it sampled from: top-p/top-k sampling with log-probs "
+                "renormalised over the nucleus while the trainer scores the full vocabulary, or logits processed "
+                "(penalties, bias, temperature) after the log-probs were taken")
+        return [violation("mismatch", step, numbers, config, count=n, severity="warning", hint=hint)]
+    return []

@@ -270,6 +270,19 @@ def align_rows_k(value: Any, layout: GroupLayout) -> torch.Tensor:
     return t.reshape(n, t.shape[-1]).to(torch.float64)
 
 
+def truncation_rows(truncated: Any, lengths: torch.Tensor | None, max_length: int | None,
+                    layout: GroupLayout) -> torch.Tensor | None:
+    """``truncated`` (bool or 0/1 per row) as flat float64 0/1 aligned with the rewards; else rows whose
+    ``lengths`` reach ``max_length``; ``None`` when neither is known."""
+    if truncated is None:
+        return None if lengths is None or max_length is None else (lengths >= max_length).to(torch.float64)
+    t = as_tensor(truncated, "truncated")
+    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
+        raise InputValueError(f"truncated must be bool (or 0/1) per row, but holds other values: "
+                              f"{sorted(set(t.reshape(-1).tolist()) - {0, 1})[:5]}")
+    return align_rows(t.to(torch.float64), "truncated", layout)
+
+
 def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
     """Question ids given per group (len B) or per row (len N) as one id per group."""
     ids = [plain_id(q) for q in _id_list(question_ids, "question_ids")]

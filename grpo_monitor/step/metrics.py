@@ -40,7 +40,35 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
     }
     if v["adv_rows"] > 0:
         out.update(_advantage_metrics(v))
+    if v["truncation_rows"] > 0:
+        out["grpo/rows/truncated_rate"] = v["truncated_rows"] / v["truncation_rows"]
+        out["grpo/groups/degenerate_truncated_rate"] = _ratio(v["degenerate_truncated"], groups)
+    if v["len_above_rows"] > 0:
+        out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
+    if v["len_below_rows"] > 0:
+        out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
     return out
+
+
+def degenerate_split(v: dict[str, float], kept: Sequence[Any]) -> dict[str, float]:
+    """The degenerate rate split by the value its groups sit at, as shares of all groups (low + high + other
+    = degenerate_rate): the batch's lowest reward (unsolved), its highest (solved), anything else.
+
+    ``kept`` are the step's retained per-group host arrays (every rank's); a degenerate group's value is its
+    reward sum over its scorable count. A batch holding a single reward value counts as low when <= 0,
+    high when > 0.
+    """
+    groups, lo, hi = v["groups"], v["reward_min"], v["reward_max"]
+    if not groups > 0 or not kept:
+        return {}
+    degenerate = np.concatenate([k.degenerate & (k.n > 0) for k in kept])
+    value = np.concatenate([k.reward_sum / np.maximum(k.n, 1) for k in kept])[degenerate]
+    at_lo, at_hi = np.isclose(value, lo, rtol=1e-9, atol=0), np.isclose(value, hi, rtol=1e-9, atol=0)
+    if lo == hi:
+        at_lo, at_hi = at_lo & (value <= 0), at_hi & (value > 0)
+    low, high = float(at_lo.sum()), float((at_hi & ~at_lo).sum())
+    return {"grpo/groups/degenerate_low_rate": low / groups, "grpo/groups/degenerate_high_rate": high / groups,
+            "grpo/groups/degenerate_other_rate": (v["degenerate"] - low - high) / groups}
 
 
 def _advantage_metrics(v: dict[str, float]) -> dict[str, float]:
@@ -110,6 +138,8 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
     metrics: dict[str, float] = {}
     if rollout and rollout["groups"] > 0:
         metrics.update(rollout_metrics(rollout))
+        if groups is not None:
+            metrics.update(degenerate_split(rollout, groups.kept))
     if estimator is not None:
         metrics.update(estimator_metrics(estimator.name, estimator.stabilizer))
     if ledger and ledger.get("generation_batches", 0) > 0:

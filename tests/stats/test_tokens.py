@@ -82,6 +82,8 @@ def reference_metrics(mask, advantages=None, logprobs=None, ref_logprobs=None, o
         ratio = np.exp(lr)
         out.update({"grpo/ratio/mean": ratio.mean(), "grpo/ratio/log_abs_max": np.abs(lr).max(),
                     "grpo/ratio/clip_frac": ((ratio < 1 - clip_range[0]) | (ratio > 1 + clip_range[1])).mean()})
+    if f["old"] is not None and n:
+        out["grpo/entropy/sampled_nll_mean"] = -f["old"][valid].mean()
     return {k: float(v) for k, v in out.items()}
 
 

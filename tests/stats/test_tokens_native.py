@@ -128,6 +128,10 @@ def reference_slots(x: dict, clamp: tuple[float, float] | None) -> Slots:
         v["ratio_clipped"] = float(((ratio < 1 - CLIP[0]) | (ratio > 1 + CLIP[1])).sum())
         v.sum("ratio_m1_sum", np.expm1(lr))
         v.max("on_policy_absdiff_max", np.abs(lr))
+        v.sum("ratio_k3_sum", np.expm1(lr) - lr)
+    if "old_logprobs" in f:
+        v["nll_tokens"] = v["valid_tokens"]
+        v.sum("nll_sum", -f["old_logprobs"][valid])
     return v
 
 

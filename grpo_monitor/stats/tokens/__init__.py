@@ -7,6 +7,9 @@ returns a float64 vector laid out by ``TOKEN_FIELDS``: sums, counts, minima and 
 keys. Only tokens with ``mask > 0`` count; padding may hold NaN, inf or garbage and is
 excluded with ``torch.where`` (never multiplied by the mask). With ``u = ref_logprobs -
 logprobs``: ``k1 = -u``, ``k2 = u^2 / 2``, ``k3 = exp(u) - u - 1`` (Schulman's estimators).
+With ``sampler_logprobs``, the same estimators of the training-inference mismatch with
+``u = Delta = old_logprobs - sampler_logprobs`` (``logprobs`` without ``old_logprobs``): the
+``grpo/mismatch/*`` keys, in the same pass.
 Each statistic is reduced per row in the input precision (float32 for float32 inputs),
 then across rows in float64. No host sync, no data-dependent shapes.
 
@@ -44,7 +47,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .arguments import TokenInputs, token_inputs, validate_token_inputs
+from .arguments import DEFAULT_BAND, TokenInputs, token_inputs, validate_token_inputs
 from .backends import AUTO_COMPILE_MIN_TOKENS, BACKENDS, Backend, select_backend
 from .readout import token_metrics
 from .table import FIELDS, TOKEN_FIELDS, TOKEN_INDEX, TOKEN_LAYOUT, TOKEN_REDUCTIONS, TokenField
@@ -61,8 +64,9 @@ _EMPTY_VECTORS: dict[torch.device, torch.Tensor] = {}
 def token_sufficient_stats(
     mask: torch.Tensor, *, advantages: torch.Tensor | None = None, logprobs: torch.Tensor | None = None,
     ref_logprobs: torch.Tensor | None = None, old_logprobs: torch.Tensor | None = None, kl: torch.Tensor | None = None,
+    sampler_logprobs: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
     clip_range: Sequence[float] = (0.2, 0.2), kl_clamp: Sequence[float] | None = (-10.0, 10.0),
-    compile: bool | str = "auto",
+    mismatch_band: Sequence[float] = DEFAULT_BAND, entropy_low: float = 0.01, compile: bool | str = "auto",
 ) -> torch.Tensor:
     """Sufficient statistics of one micro-batch, a float64 vector laid out by ``TOKEN_FIELDS``.
 
@@ -80,7 +84,8 @@ def token_sufficient_stats(
     (2.0, 1.0)
     """
     x = token_inputs(mask, advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                     old_logprobs=old_logprobs, kl=kl, clip_range=clip_range, kl_clamp=kl_clamp)
+                     old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy,
+                     clip_range=clip_range, kl_clamp=kl_clamp, mismatch_band=mismatch_band, entropy_low=entropy_low)
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', but got {compile!r}")
     if mask.numel() == 0:

@@ -129,7 +129,10 @@ class CompiledBackend:
         self.kernels: dict[tuple, Callable] = {}
 
     def accepts(self, x: TokenInputs) -> bool:
-        return not self.broken
+        """Not with sampler log-probs or entropies: inductor takes minutes to build the |Delta| histogram's
+        scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
+        floor, so those inputs take the eager pass (one pass in row blocks) until the C kernel computes them."""
+        return not self.broken and x.sampler_logprobs is None and x.entropy is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
         if is_compiling():
@@ -147,12 +150,13 @@ class CompiledBackend:
 
     def _kernel(self, x: TokenInputs) -> Callable:
         """The compiled pass for this combination of present inputs and constants, compiled on first use."""
-        key = (tuple(None if t is None else t.dim() for t in x.values), x.clip_log, x.clamp)
+        key = (tuple(None if t is None else t.dim() for t in x.values), x.clip_log, x.clamp, x.band_log, x.entropy_low)
         if key not in self.kernels:
-            clip_log, clamp = x.clip_log, x.clamp
+            clip_log, clamp, band_log, low = x.clip_log, x.clamp, x.band_log, x.entropy_low
 
-            def kernel(mask, adv, lp, ref, old, kl):
-                return token_vector(TokenInputs(mask, adv, lp, ref, old, kl, clip_log, clamp), fast=True)
+            def kernel(mask, adv, lp, ref, old, kl, sampler, entropy):
+                return token_vector(TokenInputs(mask, adv, lp, ref, old, kl, clip_log, clamp, sampler, entropy,
+                                                band_log, low), fast=True)
 
             self.kernels[key] = torch.compile(kernel, dynamic=True, options=COMPILE_OPTIONS)
         return self.kernels[key]
@@ -182,14 +186,17 @@ class NativeBackend:
     def run(self, x: TokenInputs) -> torch.Tensor:
         if is_compiling() and native_token_stats is not None:
             clamp = x.clamp if x.clamp is not None else (0.0, 0.0)
-            return native_token_stats(x.mask, *x.values, x.clip_log[0], x.clip_log[1], x.clamp is not None, *clamp)
+            return native_token_stats(x.mask, *x.values[:5], x.clip_log[0], x.clip_log[1], x.clamp is not None, *clamp)
         vec = native_build.token_stats(x)
         return vec if vec is not None else EAGER.run(x)
 
 
 def _native_layout(x: TokenInputs) -> bool:
-    """CPU, contiguous, float32 values and a mask dtype the kernel reads."""
+    """CPU, contiguous, float32 values and a mask dtype the kernel reads; no sampler log-probs or entropies
+    (the C row function does not compute the mismatch and entropy slots: the compiled pass does)."""
     m = x.mask
+    if x.sampler_logprobs is not None or x.entropy is not None:
+        return False
     if m.device.type != "cpu" or m.dtype not in native_build.MASK_KINDS or not m.is_contiguous():
         return False
     present = [t for t in x.values if t is not None]

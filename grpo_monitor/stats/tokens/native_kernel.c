@@ -44,7 +44,7 @@ typedef struct {
     __m256i cnt, nonbin, u_pos, clip, hits, nonfin;
     __m256 adv_sum, adv_abs, adv_hi, adv_lo;
     __m256 u_sum, u_sq, u_quad, u_max, u_min, k3_sum, k3_sq;
-    __m256 m1_sum, lr_max, user_sum, user_sq, diff_max;
+    __m256 m1_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, old_sum;
 } Acc;
 
 /* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
@@ -143,11 +143,12 @@ static float k3_scalar(float x) {
 /* ---------------------------------------------------------------- the passes over a segment */
 static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
     __m256i cnt = A->cnt, nonbin = A->nonbin;
-    __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo;
+    __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, old_sum = A->old_sum;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
         cnt = tally(cnt, valid);
+        if (S->old) old_sum = _mm256_add_ps(old_sum, masked(valid, S->old, j)); /* sampled_nll_mean */
         nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
         if (adv2) {
             __m256 a = _mm256_loadu_ps(S->adv + j), a0 = _mm256_and_ps(valid, a);
@@ -158,6 +159,7 @@ static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
         }
     }
     A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
+    A->old_sum = old_sum;
 }
 
 static void pass_kl(const Seg *S, int64_t n, Acc *A) {
@@ -183,16 +185,17 @@ static void pass_kl(const Seg *S, int64_t n, Acc *A) {
 
 static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
     __m256i clip = A->clip;
-    __m256 m1 = A->m1_sum, mx = A->lr_max;
+    __m256 m1 = A->m1_sum, mx = A->lr_max, k3 = A->lr_k3;
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_at(S, j);
         __m256 lr = _mm256_sub_ps(masked(valid, S->lp, j), masked(valid, S->old, j));
         clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
         m1 = _mm256_add_ps(m1, expm1_any(lr));
+        k3 = _mm256_add_ps(k3, k3_any(lr));
         mx = _mm256_max_ps(mx, vabs(lr));
     }
-    A->clip = clip; A->m1_sum = m1; A->lr_max = mx;
+    A->clip = clip; A->m1_sum = m1; A->lr_max = mx; A->lr_k3 = k3;
 }
 
 static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
@@ -306,7 +309,8 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
     float cnt = (float)hcount(a->cnt);
     int has = cnt > 0, has_u = in->lp && in->ref, has_lr = in->lp && in->old;
     float sums[] = {hsum(a->adv_sum), hsum(a->adv_abs), hsum(a->u_sum), hsum(a->u_sq), hsum(a->u_quad),
-                    hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq)};
+                    hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
+                    hsum(a->lr_k3), hsum(a->old_sum)};
     Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max), 0};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
     for (size_t k = 0; k < sizeof sums / sizeof sums[0]; k++) finite &= isfinite(sums[k]);
@@ -331,8 +335,10 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
     }
     if (has_lr) {
         o[S_ratio_tokens] += cnt; o[S_ratio_m1_sum] += sums[7]; o[S_ratio_clipped] += hcount(a->clip);
+        o[S_ratio_k3_sum] += sums[10];
         if (has) put_max(&o[S_on_policy_absdiff_max], x.lr_max);
     }
+    if (in->old) { o[S_nll_tokens] += cnt; o[S_nll_sum] -= sums[11]; }
     if (in->kl) {
         o[S_user_kl_tokens] += cnt; o[S_user_kl_sum] += sums[8]; o[S_user_kl_sq_sum] += sums[9];
         if (has_u) { o[S_user_k3_tokens] += cnt; if (has) put_max(&o[S_user_k3_absdiff_max], x.diff_max); }

@@ -30,6 +30,15 @@ class TokenField(NamedTuple):
 
 
 _F = TokenField
+
+#: The fixed histogram of |Delta| behind ``grpo/mismatch/abs_diff_p99``: four bins per octave
+#: with edges (1, 1.25, 1.5, 1.75) x 2^e for e in [HIST_LOW_EXP, HIST_HIGH_EXP), exactly
+#: representable in float32 (so every backend and rank bins a value alike); bin 0 holds
+#: |Delta| below 2^HIST_LOW_EXP (0 included), the last bin everything from 2^HIST_HIGH_EXP up.
+HIST_LOW_EXP, HIST_HIGH_EXP = -16, 6
+HIST_EDGES: tuple[float, ...] = tuple(
+    (1.0 + q / 4) * 2.0 ** e for e in range(HIST_LOW_EXP, HIST_HIGH_EXP) for q in range(4)) + (2.0 ** HIST_HIGH_EXP,)
+HIST_BINS = len(HIST_EDGES) + 1
 #: The table. ``*_tokens`` count the valid tokens that carried the inputs a group of slots
 #: needs, so absent inputs give no keys. With u = ref_logprobs - logprobs and
 #: lr = logprobs - old_logprobs.
@@ -69,6 +78,31 @@ FIELDS: tuple[TokenField, ...] = (
     _F("ratio_m1_sum", "sum"),
     _F("ratio_clipped", "sum", "grpo/ratio/clip_frac", per="ratio_tokens"),
     _F("on_policy_absdiff_max", "max", "grpo/ratio/log_abs_max", when="ratio_tokens"),
+    _F("ratio_k3_sum", "sum"),  # k3(lr): the on_policy rule, trainer against trainer
+    # sampler_logprobs with old_logprobs (else logprobs): d = trainer - sampler (Delta), rho = exp(d)
+    _F("mm_tokens", "sum"),
+    _F("mm_d_sum", "sum"),
+    _F("mm_k3_sum", "sum", "grpo/mismatch/k3_mean", per="mm_tokens"),
+    _F("mm_abs_sum", "sum", "grpo/mismatch/abs_diff_mean", per="mm_tokens"),
+    _F("mm_abs_max", "max", "grpo/mismatch/abs_diff_max", when="mm_tokens"),
+    _F("mm_rho_m1_sum", "sum"),
+    _F("mm_rho_m1_sq_sum", "sum"),
+    _F("mm_d_min", "min"),
+    _F("mm_d_max", "max"),
+    _F("mm_outside", "sum", "grpo/mismatch/outside_frac", per="mm_tokens"),
+    _F("mm_mult_m1_sum", "sum"),
+    _F("mm_rows", "sum"),
+    _F("mm_seq_w_sum", "sum"),
+    _F("mm_seq_w_sq_sum", "sum"),
+    *(_F(f"mm_hist_{i}", "sum") for i in range(HIST_BINS)),
+    # entropy: the trainer's per-token entropies
+    _F("ent_tokens", "sum"),
+    _F("ent_sum", "sum"),
+    _F("ent_sq_sum", "sum"),
+    _F("ent_low", "sum", "grpo/entropy/low_frac", per="ent_tokens"),
+    # -sampler_logprobs, else -old_logprobs: a Monte Carlo estimate of the sampling entropy
+    _F("nll_tokens", "sum"),
+    _F("nll_sum", "sum", "grpo/entropy/sampled_nll_mean", per="nll_tokens"),
 )
 
 #: ``(name, reduction)`` of every slot, in vector order.

@@ -13,13 +13,12 @@ absolute values; signed extrema get +-inf fills. No host sync, no data-dependent
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
 from .arguments import TokenInputs
 from .fast_exp import expm1_fast, k3_fast
-from .table import FIELDS
+from .table import FIELDS, HIST_BINS, HIST_EDGES
 
 _IDENTITY = {"sum": 0.0, "min": math.inf, "max": -math.inf}
 
@@ -41,7 +40,7 @@ def token_vector(x: TokenInputs, fast: bool = False) -> torch.Tensor:
 def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Per-row partials of every statistic the inputs allow, by slot name, and the valid count per row."""
     mask = x.mask
-    cd = torch.promote_types(torch.float32, _widest([x.advantages, x.logprobs, x.ref_logprobs, x.old_logprobs, x.kl]))
+    cd = torch.promote_types(torch.float32, _widest(list(x.values)))
     fast = fast and cd == torch.float32
     valid = mask if mask.dtype == torch.bool else mask > 0
     cnt = _count(valid, cd)
@@ -59,10 +58,20 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
         k3 = k3_fast(u) if fast else torch.clamp_min(torch.expm1(u) - u, 0.0)
         parts.update(_kl_rows(valid, cnt, u, k3))
     if lr is not None:
-        parts.update(_ratio_rows(cnt, lr, x.clip_log, expm1_fast if fast else torch.expm1))
+        parts.update(_ratio_rows(cnt, lr, x.clip_log, fast))
     if kl is not None:
         parts.update(_user_rows(valid, cnt, kl, k3, x.clamp))
-    present = [t for t in (u, lr) if t is not None] or [t for t in (lp, ref, old) if t is not None]
+    sampler = None if x.sampler_logprobs is None else torch.where(valid, x.sampler_logprobs.to(cd), 0.0)
+    trainer = old if old is not None else lp
+    d = trainer - sampler if trainer is not None and sampler is not None else None
+    if d is not None:
+        parts.update(_mismatch_rows(valid, cnt, d, x.band_log, fast))
+    sampled = sampler if sampler is not None else old
+    if sampled is not None:
+        parts.update({"nll_tokens": cnt, "nll_sum": -sampled.sum(1)})
+    if x.entropy is not None:
+        parts.update(_entropy_rows(valid, cnt, torch.where(valid, x.entropy.to(cd), 0.0), x.entropy_low))
+    present = [t for t in (u, lr, d) if t is not None] or [t for t in (lp, ref, old, sampler) if t is not None]
     if present:
         total = sum(present[1:], present[0])  # non-finite wherever any input is (or their difference overflows)
         parts["logprob_tokens"] = cnt
@@ -115,17 +124,59 @@ def _kl_rows(valid: torch.Tensor, cnt: torch.Tensor, u: torch.Tensor, k3: torch.
     }
 
 
+def _k3_and_expm1(x: torch.Tensor, fast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """exp(x) - 1 - x (>= 0, no cancellation near 0 on the fast path) and exp(x) - 1."""
+    if fast:
+        return k3_fast(x), expm1_fast(x)
+    e = torch.expm1(x)
+    return torch.clamp_min(e - x, 0.0), e
+
+
 def _ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, float],
-                expm1: Callable) -> dict[str, torch.Tensor]:
+                fast: bool) -> dict[str, torch.Tensor]:
     """Importance ratio exp(lr), lr = logprobs - old_logprobs (0 off the mask: ratio 1, never clipped).
 
-    Sums ratio - 1 (expm1): ratios near 1 keep their digits in float32.
+    Sums ratio - 1 (expm1): ratios near 1 keep their digits in float32; and k3(lr), the on_policy rule.
     """
     outside = (lr < clip_log[0]) | (lr > clip_log[1])  # ratio < 1 - low or > 1 + high; log(1-low) <= 0 <= log1p(high)
+    k3, m1 = _k3_and_expm1(lr, fast)
     return {
-        "ratio_tokens": cnt, "ratio_m1_sum": expm1(lr).sum(1), "ratio_clipped": _count(outside, lr.dtype),
-        "on_policy_absdiff_max": _abs_max(cnt, lr),
+        "ratio_tokens": cnt, "ratio_m1_sum": m1.sum(1), "ratio_clipped": _count(outside, lr.dtype),
+        "on_policy_absdiff_max": _abs_max(cnt, lr), "ratio_k3_sum": k3.sum(1),
     }
+
+
+def _mismatch_rows(valid: torch.Tensor, cnt: torch.Tensor, d: torch.Tensor, band_log: tuple[float, float],
+                   fast: bool) -> dict[str, torch.Tensor]:
+    """d = trainer - sampler log-probs (0 off the mask): k1/k3 sums, |d|, rho = exp(d), the band, per-row weights."""
+    k3, m1 = _k3_and_expm1(d, fast)
+    ad = d.abs()
+    mult = expm1_fast(ad) if fast else torch.expm1(ad)
+    row_mean = d.sum(1) / cnt.clamp_min(1.0)
+    w = torch.where(cnt > 0, torch.exp(row_mean.to(torch.float64)), 0.0)
+    return {
+        "mm_tokens": cnt, "mm_d_sum": d.sum(1), "mm_k3_sum": k3.sum(1), "mm_abs_sum": ad.sum(1),
+        "mm_abs_max": _abs_max(cnt, d), "mm_rho_m1_sum": m1.sum(1), "mm_rho_m1_sq_sum": (m1 * m1).sum(1),
+        "mm_d_min": torch.where(valid, d, math.inf).amin(1), "mm_d_max": torch.where(valid, d, -math.inf).amax(1),
+        "mm_outside": _count(valid & ((d < band_log[0]) | (d > band_log[1])), d.dtype),
+        "mm_mult_m1_sum": mult.sum(1), "mm_rows": (cnt > 0).to(d.dtype), "mm_seq_w_sum": w, "mm_seq_w_sq_sum": w * w,
+        **_abs_histogram(valid, ad),
+    }
+
+
+def _abs_histogram(valid: torch.Tensor, ad: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row counts of |d| in the bins of ``HIST_EDGES`` (bin i holds edges[i-1] <= |d| < edges[i])."""
+    edges = torch.tensor(HIST_EDGES, dtype=ad.dtype, device=ad.device)
+    idx = torch.bucketize(ad, edges, right=True)
+    ones = torch.where(valid, 1.0, 0.0).to(ad.dtype)
+    hist = torch.zeros(ad.shape[0], HIST_BINS, dtype=ad.dtype, device=ad.device).scatter_add_(1, idx, ones)
+    return {f"mm_hist_{i}": hist[:, i] for i in range(HIST_BINS)}
+
+
+def _entropy_rows(valid: torch.Tensor, cnt: torch.Tensor, ent: torch.Tensor, low: float) -> dict[str, torch.Tensor]:
+    """The trainer's per-token entropies (0 off the mask): moments and the share below ``low``."""
+    return {"ent_tokens": cnt, "ent_sum": ent.sum(1), "ent_sq_sum": (ent * ent).sum(1),
+            "ent_low": _count(valid & (ent < low), ent.dtype)}
 
 
 def _user_rows(valid: torch.Tensor, cnt: torch.Tensor, kl: torch.Tensor, k3: torch.Tensor | None,

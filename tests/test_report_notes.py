@@ -1,0 +1,73 @@
+"""The run record and the report's per-integration "no data" notes: what the log carries, what each note names."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.catalog.metrics import METRICS
+from grpo_monitor.reporting import FIGURES, load_run
+from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, advice
+from grpo_monitor.sinks import JSONLSink
+
+
+def _steps(monitor: GRPOMonitor, n: int) -> None:
+    r = torch.tensor([[1.0, 0.0], [1.0, 1.0]])
+    for _ in range(n):
+        monitor.observe_rollout(r, advantages=torch.tensor([[1.0, -1.0], [0.0, 0.0]]))
+        monitor.end_step()
+
+
+def test_the_first_report_carries_the_run_record(tmp_path):
+    """The first JSONL line holds integration, settings and config; later ones none until the integration is
+    declared again; the report reads the latest."""
+    log = tmp_path / "monitor.jsonl"
+    monitor = GRPOMonitor(MonitorConfig(group_size=2), sinks=[JSONLSink(log)])
+    _steps(monitor, 2)
+    monitor.declare_integration("trl", {"beta": 0.0, "num_iterations": 1, "odd": object()})
+    _steps(monitor, 1)
+    monitor.close()
+    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [("run" in x) for x in lines] == [True, False, True]
+    assert lines[0]["run"]["integration"] == "api" and lines[0]["run"]["config"]["group_size"] == 2
+    assert lines[2]["run"]["settings"]["beta"] == 0.0 and isinstance(lines[2]["run"]["settings"]["odd"], str)
+    run = load_run(log)
+    assert run.integration == "trl" and run.settings["num_iterations"] == 1
+
+
+@pytest.mark.parametrize("name,settings", [("", None), (3, None), ("trl", [("beta", 0)])],
+                         ids=["empty-name", "not-a-string", "settings-not-a-dict"])
+def test_declare_integration_refuses_bad_arguments(name, settings):
+    """A wrong argument is a TypeError naming it."""
+    with pytest.raises(TypeError, match="name must|settings must"):
+        GRPOMonitor().declare_integration(name, settings)
+
+
+def test_a_log_without_run_record_is_placed_by_its_estimator(tmp_path):
+    """An older log (no run record) declaring trl.group is a TRL run; a plain one is the plain API."""
+    log = tmp_path / "monitor.jsonl"
+    log.write_text(json.dumps({"step": 0, "metrics": {"grpo/groups/total": 2.0}, "convention": "trl.group"}) + "\n")
+    assert load_run(log).integration == "trl"
+    log.write_text(json.dumps({"step": 0, "metrics": {"grpo/groups/total": 2.0}}) + "\n")
+    assert load_run(log).integration == "api"
+
+
+def test_every_row_names_a_known_integration_and_a_catalogued_family():
+    """A row of the table is keyed by an integration the notes know and a prefix of at least one catalogued key,
+    so a renamed key or family cannot leave a row behind."""
+    for family, integration in NO_DATA:
+        assert integration in INTEGRATIONS, (family, integration)
+        assert any(key.startswith(family) for key in METRICS), (family, integration)
+
+
+@pytest.mark.parametrize("integration", sorted(INTEGRATIONS))
+def test_every_figure_gets_a_note_for_every_integration(integration):
+    """Each figure's note is a sentence for every integration; only the plain API's point to the observe calls."""
+    for spec in (s for s in FIGURES if s.name != "violations"):  # violations: no note, the table says "none"
+        text = advice(spec.keys[0], integration, {})
+        assert text and "{" not in text and "None" not in text, (spec.name, integration, text)
+        if integration == "api":
+            assert text.startswith("logged when you call observe_"), (spec.name, text)
