@@ -31,7 +31,7 @@ from .repro.save import save_repro
 from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
 from .run.state import RunState
-from .sinks.base import Sink
+from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .stats.groups import group_reward_stats
@@ -353,7 +353,7 @@ class GRPOMonitor:
 
     def _emit(self, report: StepReport) -> None:
         """Hand ``report`` to the sinks; the next step starts empty."""
-        self.sinks.emit(report)
+        self.sinks.emit(report, config=lambda: run_params(self.config))
         self._steps_ended += 1
         self._guard.retried.clear()
         self.step = report.step + 1

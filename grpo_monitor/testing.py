@@ -32,8 +32,9 @@ class RecordingSink(Sink):
     """A real :class:`~grpo_monitor.sinks.base.Sink` that keeps everything it is handed, in order.
 
     ``reports`` holds each :class:`StepReport`; ``metrics``, ``histograms``, ``tables`` and
-    ``alerts`` the calls the report was split into (``(step, ...)`` tuples), ``finished`` the
-    ``failed`` flag of each ``finish``. Synchronous (in memory and instant), so it is up to
+    ``alerts`` the calls the report was split into (``(step, ...)`` tuples), ``configs`` the
+    run parameters handed once per run (``log_config``), ``finished`` the ``failed`` flag of each
+    ``finish``. Synchronous (in memory and instant), so it is up to
     date when ``end_step`` returns. ``main_process_only=False`` records on every rank.
 
     >>> from grpo_monitor import GRPOMonitor, MonitorConfig
@@ -54,6 +55,7 @@ class RecordingSink(Sink):
         self.tables: list[tuple[int, str, list[dict[str, Any]]]] = []
         self.alerts: list[tuple[str, str]] = []
         self.reports: list[StepReport] = []
+        self.configs: list[dict[str, Any]] = []
         self.finished: list[bool] = []
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -71,6 +73,10 @@ class RecordingSink(Sink):
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
         """Keep an alert's title and text."""
         self.alerts.append((title, text))
+
+    def log_config(self, params: dict[str, Any]) -> None:
+        """Keep a copy of the run parameters."""
+        self.configs.append(dict(params))
 
     def log_report(self, report: StepReport) -> None:
         """Keep the report, then split it into the calls above (as every sink does)."""

@@ -81,3 +81,7 @@ class InvariantViolation(RuntimeError):
         self.violations = list(violations)
         lines = [v.message() for v in self.violations]
         super().__init__("\n".join(lines) if lines else "invariant violation")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its records (a Ray actor's breach reaches the driver's ``ray.get`` as itself)."""
+        return (type(self), (self.violations,))

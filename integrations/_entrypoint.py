@@ -14,11 +14,14 @@ monitor's sinks).
 
 from __future__ import annotations
 
+import atexit
 import collections
 import contextvars
 import dataclasses
 import functools
+import os
 import sys
+import types
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -41,12 +44,17 @@ class Declared:
     configuration, so only rewards and groups are observed), ``stabilizer`` the epsilon
     when it differs from the entry's default, ``group_size`` the responses per prompt when
     the framework fixes it, ``note`` why there is no entry (shown once as a warning).
+    ``trackers`` are the trainer's tracker names (None: unknown), ``output_dir`` its output
+    folder and ``tensorboard_dir`` its TensorBoard folder, for ``sinks="auto"``.
     """
 
     estimator: str | None
     stabilizer: float | None = None
     group_size: int | None = None
     note: str = ""
+    trackers: tuple[str, ...] | None = None
+    output_dir: str | None = None
+    tensorboard_dir: str | None = None
 
 
 @dataclasses.dataclass
@@ -72,21 +80,32 @@ class Patch:
             setattr(self.owner, self.name, self.previous)
 
 
-def auto_sinks() -> list[Sink]:
-    """A :class:`~grpo_monitor.sinks.WandbSink` into the W&B run active in this process, else none."""
-    wandb = sys.modules.get("wandb")
-    if wandb is not None and getattr(wandb, "run", None) is not None:
-        from grpo_monitor.sinks import WandbSink
+def auto_sinks(framework: str, declared: Declared) -> list[Sink]:
+    """The sinks of the trainer's trackers (:func:`grpo_monitor.sinks.auto.sinks_for_trackers`); when the
+    framework's trackers are unknown, the W&B run active in this process; with neither, a JSONL log."""
+    from grpo_monitor.sinks.auto import sinks_for_trackers
 
-        return [WandbSink()]
-    return []
+    trackers = declared.trackers
+    if trackers is None:
+        wandb = sys.modules.get("wandb")
+        trackers = ("wandb",) if wandb is not None and getattr(wandb, "run", None) is not None else ()
+    return sinks_for_trackers(trackers, framework=framework, output_dir=declared.output_dir,
+                              tensorboard_dir=declared.tensorboard_dir)
+
+
+def check_sinks(sinks: Any) -> None:
+    """``sinks`` is "auto", None or a list of Sink objects (the string "auto" may stand among them)."""
+    if sinks is None or sinks == "auto":
+        return
+    if isinstance(sinks, str) or not all(isinstance(s, Sink) or s == "auto" for s in sinks):
+        raise ValueError(f"sinks must be 'auto', None or a list of Sink objects, but got {sinks!r}")
 
 
 class Attachment:
     """One framework's wrapped entry points, the monitor they report to and its recent reports."""
 
     def __init__(self, framework: str, monitor: GRPOMonitor | None, config: MonitorConfig | None,
-                 sinks: Sequence[Sink] | str | None, step_per_call: bool):
+                 sinks: Sequence[Sink | str] | str | None, step_per_call: bool):
         if monitor is not None and not isinstance(monitor, GRPOMonitor):
             raise TypeError(f"monitor must be a GRPOMonitor or None, but got {type(monitor).__name__}")
         if config is not None and not isinstance(config, MonitorConfig):
@@ -95,6 +114,7 @@ class Attachment:
             raise ValueError("pass monitor or config, not both: config is used only to build a monitor")
         if isinstance(sinks, str) and sinks != "auto":
             raise ValueError(f"sinks must be 'auto', None or a list of Sink objects, but got the string {sinks!r}")
+        check_sinks(sinks)
         self.framework = framework
         self.monitor = monitor
         self.owned = monitor is None  # built here, closed by detach()
@@ -106,6 +126,7 @@ class Attachment:
         self.patches: list[Patch] = []
         self.warned: set[str] = set()
         self.broken = False  # a fault before any monitor existed: pass calls through
+        self.calls = 0  # entry-point calls seen (0 at exit in a Ray driver: attached in the wrong process)
         self._inside: contextvars.ContextVar[bool] = contextvars.ContextVar(f"grpo_monitor_{framework}", default=False)
         self._guard = FailOpen(monitor, framework) if monitor is not None else None
 
@@ -113,9 +134,18 @@ class Attachment:
     def patch(self, owner: Any, name: str, capture: Callable[..., Call],
               observe: Callable[[GRPOMonitor, Call, Any], None]) -> None:
         """Replace ``owner.name`` by a wrapper observing each outermost call (see :meth:`wrap`)."""
+        self.patch_with(owner, name, self.wrap(getattr(owner, name), capture, observe))
+
+    def patch_with(self, owner: Any, name: str, value: Any) -> None:
+        """Replace ``owner.name`` by ``value``; :meth:`unpatch` puts the previous one back."""
         previous = vars(owner).get(name, _MISSING) if isinstance(owner, type) else getattr(owner, name)
         self.patches.append(Patch(owner, name, previous))
-        setattr(owner, name, self.wrap(getattr(owner, name), capture, observe))
+        setattr(owner, name, value)
+
+    @property
+    def guard(self) -> FailOpen | None:
+        """The fail-open guard of the monitor (None until the monitor exists)."""
+        return self._guard
 
     def patch_overrides(self, base: type, name: str, classes: Sequence[type], capture: Callable[..., Call],
                         observe: Callable[[GRPOMonitor, Call, Any], None]) -> None:
@@ -143,6 +173,7 @@ class Attachment:
             if self._inside.get() or self.broken:
                 return original(*args, **kwargs)
             token = self._inside.set(True)
+            self.calls += 1
             try:
                 call = self._start(capture, args, kwargs)
                 out = original(*args, **kwargs)
@@ -180,7 +211,7 @@ class Attachment:
         if self.declared is None:
             self.declared = declared
             if self.monitor is None:
-                self.monitor = GRPOMonitor(self._config_for(declared), sinks=self._sinks())
+                self.monitor = GRPOMonitor(self._config_for(declared), sinks=self._sinks(declared))
                 self._guard = FailOpen(self.monitor, self.framework)
             elif self.monitor.config.std_convention not in ("auto", declared.estimator) and declared.estimator:
                 self.warn_once("mismatch", f"the monitor declares {self.monitor.config.std_convention!r} but the "
@@ -195,12 +226,14 @@ class Attachment:
         kept = {k: v for k, v in derived.items() if k not in self.config.model_fields_set}
         return self.config.model_copy(update=kept)
 
-    def _sinks(self) -> list[Sink]:
-        if self.sinks == "auto":
-            return auto_sinks()
-        if self.sinks is None or isinstance(self.sinks, str):
+    def _sinks(self, declared: Declared) -> list[Sink]:
+        if self.sinks is None:
             return []
-        return list(self.sinks)
+        items: list[Sink | str] = ["auto"] if self.sinks == "auto" else list(self.sinks)
+        out: list[Sink] = []
+        for item in items:
+            out.extend(auto_sinks(self.framework, declared) if isinstance(item, str) else [item])
+        return out
 
     def _finish(self, observe: Callable[[GRPOMonitor, Call, Any], None], call: Call, out: Any) -> None:
         monitor = self.monitor
@@ -243,8 +276,28 @@ class Attachment:
             self.warned.add(key)
             warnings.warn(f"grpo-monitor ({self.framework}): {text}", RuntimeWarning, stacklevel=4)
 
+    def never_called(self) -> str | None:
+        """Why this process likely attached in the wrong place: a Ray driver that never called the entry point."""
+        ray = sys.modules.get("ray")
+        if self.calls or ray is None or not ray.is_initialized():
+            return None
+        try:
+            driver = ray.get_runtime_context().worker.mode == ray.SCRIPT_MODE
+        except Exception:  # noqa: BLE001 - a Ray without this API: say nothing rather than guess
+            return None
+        if not driver:
+            return None
+        return (f"attached in the Ray driver (pid {os.getpid()}), which never called the {self.framework} entry "
+                f"point: the trainer runs it in a Ray actor or task, where nothing was checked. Attach there: "
+                f"ray.init(runtime_env={{'worker_process_setup_hook': "
+                f"'grpo_monitor.integrations.{self.framework}.attach_from_env', 'env_vars': "
+                f"{{'GRPO_MONITOR_CONFIG': '{{\"sinks\": [\"auto\"]}}'}}}}) (docs/integrations.md)")
+
     def close(self) -> None:
         """Undo the patches; close the monitor when it was built here."""
+        text = self.never_called()
+        if text:
+            self.warn_once("never_called", text)
         self.unpatch()
         if self.owned and self.monitor is not None and not self.monitor.closed:
             self.monitor.close()
@@ -256,6 +309,7 @@ class Slot:
     def __init__(self, framework: str):
         self.framework = framework
         self.current: Attachment | None = None
+        self._hooked = False
 
     def check_free(self) -> None:
         """Raise ``RuntimeError`` when the integration is already attached."""
@@ -265,7 +319,18 @@ class Slot:
     def claim(self, state: Attachment) -> Attachment:
         self.check_free()
         self.current = state
+        if not self._hooked:
+            self._hooked = True
+            atexit.register(self._at_exit)
         return state
+
+    def _at_exit(self) -> None:
+        """At interpreter exit: say (once) that a Ray driver attached but never called the entry point."""
+        state = self.current
+        text = state.never_called() if state is not None else None
+        if text and state is not None and "never_called" not in state.warned:
+            state.warned.add("never_called")
+            print(f"grpo-monitor ({self.framework}): {text}", file=sys.stderr, flush=True)
 
     def release(self) -> None:
         """Restore what the attachment replaced and close a monitor it built (no-op when not attached)."""
@@ -275,6 +340,25 @@ class Slot:
 
     def monitor(self) -> GRPOMonitor | None:
         return self.current.monitor if self.current is not None else None
+
+
+def trainer_setting(path: Sequence[str], limit: int = 10) -> Any:
+    """``self.<path...>`` of the nearest caller up the stack whose ``self`` has it (the trainer that calls the
+    entry point, e.g. ``("config", "trainer")`` on verl's ``RayPPOTrainer``); None when no caller has it."""
+    frame: types.FrameType | None = sys._getframe(1)
+    try:
+        for _ in range(limit):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            value = frame.f_locals.get("self")
+            for name in path:
+                value = getattr(value, name, None)
+            if value is not None:
+                return value
+        return None
+    finally:
+        del frame
 
 
 def subclasses_defining(base: type, name: str) -> list[type]:

@@ -40,6 +40,7 @@ import torch
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
+from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.distributed import rank_and_world
@@ -98,7 +99,7 @@ def declared_estimator(config: Any) -> Declared:
 
 
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
-           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True,
+           sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
            classes: Sequence[type] = ()) -> Attachment:
     """Observe every ``PPOActor._compute_advantages`` (the class and every loaded subclass overriding it).
 
@@ -111,6 +112,12 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     state = Attachment("areal", monitor, config, sinks, step_per_call)
     state.patch_overrides(actor, METHOD, classes, _capture, _observer(state))
     return _SLOT.claim(state)
+
+
+def attach_from_env() -> Attachment:
+    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG`` (when AReaL runs under Ray: usable as its
+    ``worker_process_setup_hook``); the current attachment when already attached."""
+    return _attach_from_env(attach, lambda: _SLOT.current)
 
 
 def detach() -> None:

@@ -10,6 +10,7 @@ when training ends. A plain loop uses :func:`monitored_steps`.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,26 +32,21 @@ REPORTS_KEPT = 100
 
 
 def sinks_for(args: Any) -> list[Sink]:
-    """The sinks matching a ``TrainingArguments``' ``report_to``.
+    """The sinks matching a ``TrainingArguments``' ``report_to`` (``"all"`` and lists included).
 
-    ``"wandb"`` gives a :class:`~grpo_monitor.sinks.WandbSink` that logs into the run the
-    trainer opens (it attaches to the active run on first use); ``"tensorboard"`` a
-    :class:`~grpo_monitor.sinks.TensorBoardSink` in the trainer's logging folder.
+    ``"wandb"``, ``"trackio"`` and ``"mlflow"`` give sinks that log into the run the trainer
+    opens (W&B's active run, the training thread's Trackio and MLflow runs); ``"tensorboard"``
+    a :class:`~grpo_monitor.sinks.TensorBoardSink` in the trainer's logging folder. Other
+    trackers are named once in a warning; with none left (``report_to="none"``) the monitor
+    writes ``<output_dir>/grpo-monitor/monitor.jsonl`` and prints its path
+    (:func:`grpo_monitor.sinks.auto.sinks_for_trackers`).
     """
-    report_to = getattr(args, "report_to", None) or []
-    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
-    if "all" in report_to:
-        report_to = ["wandb", "tensorboard"]
-    out: list[Sink] = []
-    if "wandb" in report_to:
-        from grpo_monitor.sinks import WandbSink
+    from grpo_monitor.sinks.auto import sinks_for_trackers, tracker_names
 
-        out.append(WandbSink())
-    if "tensorboard" in report_to:
-        from grpo_monitor.sinks import TensorBoardSink
-
-        out.append(TensorBoardSink(getattr(args, "logging_dir", None) or "runs"))
-    return out
+    output_dir = getattr(args, "output_dir", None)
+    logging_dir = getattr(args, "logging_dir", None) or (os.path.join(output_dir, "runs") if output_dir else "runs")
+    return sinks_for_trackers(tracker_names(getattr(args, "report_to", None)), framework="transformers",
+                              output_dir=output_dir, tensorboard_dir=logging_dir)
 
 
 def resolve_sinks(sinks: Sequence[Sink] | str | None, args: Any) -> list[Sink]:

@@ -25,15 +25,19 @@ whitened ``reinforce_baseline`` is then not checkable.
 
 :func:`attach` wraps the method on ``RemoteExperienceMaker`` and on every loaded subclass
 that overrides it. The method runs in the ``PPOTrainer`` actor's process: call ``attach()``
-there (e.g. ``ray.init(runtime_env={"worker_process_setup_hook":
-"grpo_monitor.integrations.openrlhf.attach"})``), not only in the driver.
+there (``ray.init(runtime_env={"worker_process_setup_hook":
+"grpo_monitor.integrations.openrlhf.attach_from_env", "env_vars": {"GRPO_MONITOR_CONFIG": ...}})``),
+not only in the driver. ``sinks="auto"`` follows ``logger.wandb.key`` / ``logger.tensorboard_dir``
+and falls back to ``<ckpt.output_dir>/grpo-monitor/monitor.jsonl``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import types
 from collections.abc import Sequence
@@ -44,6 +48,7 @@ import torch
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
+from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -119,7 +124,7 @@ def declared_estimator(args: Any) -> Declared:
 
 
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
-           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True,
+           sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
            classes: Sequence[type] = ()) -> Attachment:
     """Observe every ``compute_advantages_and_returns`` of OpenRLHF's experience maker.
 
@@ -134,6 +139,25 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     state = Attachment("openrlhf", monitor, config, sinks, step_per_call)
     state.patch_overrides(maker, METHOD, classes, _capture, _observer(state))
     return _SLOT.claim(state)
+
+
+def attach_from_env() -> Attachment:
+    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
+    (``"grpo_monitor.integrations.openrlhf.attach_from_env"``); the current attachment when already attached."""
+    return _attach_from_env(attach, lambda: _SLOT.current)
+
+
+def with_trackers(declared: Declared, args: Any) -> Declared:
+    """``declared`` with OpenRLHF's trackers: ``logger.wandb.key`` set (W&B), ``logger.tensorboard_dir`` set
+    (TensorBoard, in ``<tensorboard_dir>/<wandb.run_name>`` as OpenRLHF writes); output folder ``ckpt.output_dir``."""
+    logger = getattr(args, "logger", None)
+    wandb = getattr(logger, "wandb", None)
+    tb = getattr(logger, "tensorboard_dir", None)
+    trackers = (("wandb",) if getattr(wandb, "key", None) else ()) + (("tensorboard",) if tb else ())
+    run_name = getattr(wandb, "run_name", None)
+    out = getattr(getattr(args, "ckpt", None), "output_dir", None)
+    return dataclasses.replace(declared, trackers=trackers, output_dir=str(out) if out else None,
+                               tensorboard_dir=os.path.join(tb, run_name) if tb and run_name else tb)
 
 
 def detach() -> None:
@@ -163,8 +187,8 @@ def _capture(maker: Any, experiences: Sequence[Any], *args: Any, **kwargs: Any) 
     kl_coef = max(float(getattr(maker.kl_ctl, "value", 0.0)), 0.0)
     kls = [e.kl for e in experiences]
     kl_in_reward = not margs.algo.kl.use_loss and kl_coef > 0 and any(k is not None for k in kls)
-    return Call(declared_estimator(margs), {"kl": kls, "kl_coef": kl_coef, "kl_in_reward": kl_in_reward,
-                                            "experiences": list(experiences)})
+    return Call(with_trackers(declared_estimator(margs), margs),
+                {"kl": kls, "kl_coef": kl_coef, "kl_in_reward": kl_in_reward, "experiences": list(experiences)})
 
 
 def _observer(state: Attachment):

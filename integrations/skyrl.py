@@ -22,11 +22,15 @@ shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left ou
 
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
 advantages observed are the estimator's. SkyRL's trainer runs in a Ray task
-(``skyrl_entrypoint``): call ``attach()`` in that process.
+(``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
+``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``.
+``sinks="auto"`` follows ``trainer.logger`` (the run SkyRL's ``Tracking`` opened) and falls
+back to ``<trainer.export_path>/grpo-monitor/monitor.jsonl``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -40,7 +44,8 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references, trainer_setting
+from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -88,7 +93,7 @@ def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilo
 
 
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
-           sinks: Sequence[Sink] | str | None = "auto", step_per_call: bool = True) -> Attachment:
+           sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True) -> Attachment:
     """Observe every call of SkyRL's ``ppo_utils.compute_advantages_and_returns``.
 
     Wraps the dispatcher in each importable SkyRL package and every loaded copy of it
@@ -106,6 +111,24 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
         for owner, attr in module_references(("skyrl_train", "skyrl"), original):
             state.patch(owner, attr, capture, _observer(state))
     return _SLOT.claim(state)
+
+
+def attach_from_env() -> Attachment:
+    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
+    (``"grpo_monitor.integrations.skyrl.attach_from_env"``); the current attachment when already attached."""
+    return _attach_from_env(attach, lambda: _SLOT.current)
+
+
+def with_trackers(declared: Declared, trainer_cfg: Any) -> Declared:
+    """``declared`` with SkyRL's ``trainer.logger`` and ``trainer.export_path`` (for ``sinks="auto"``)."""
+    if trainer_cfg is None:
+        return declared
+    from grpo_monitor.sinks.auto import tracker_names
+
+    get = trainer_cfg.get if hasattr(trainer_cfg, "get") else lambda k, d=None: getattr(trainer_cfg, k, d)
+    out = get("export_path", None)
+    return dataclasses.replace(declared, trackers=tuple(tracker_names(get("logger", None))),
+                               output_dir=str(out) if out else None)
 
 
 def detach() -> None:
@@ -141,6 +164,7 @@ def _capturer(signature: inspect.Signature):
         bound = signature.bind_partial(*args, **kwargs).arguments
         extra = bound.get("kwargs", {})
         declared = declared_estimator(bound["adv_estimator"], bound.get("grpo_norm_by_std", True), extra.get("epsilon"))
+        declared = with_trackers(declared, trainer_setting(("cfg", "trainer")))
         return Call(declared, {"rewards": bound["token_level_rewards"], "mask": bound["response_mask"],
                                "index": bound["index"]})
 

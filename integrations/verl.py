@@ -1,83 +1,121 @@
-"""verl 0.9.1: observe the advantage and KL estimators where verl's trainer calls them.
+"""verl 0.9.1: one monitor step per ``ray_trainer.compute_advantage`` call, where verl's trainer calls it.
 
-verl's driver computes advantages in ``ray_trainer.compute_advantage``, which calls
-``core_algos.compute_grpo_outcome_advantage`` as a module attribute for ``"grpo"`` and
-``core_algos.get_adv_estimator_fn(name)`` (an entry of ``ADV_ESTIMATOR_REGISTRY``) for the
-others. KL goes through ``core_algos.kl_penalty`` (which calls ``kl_penalty_forward``);
-``verl.workers.utils.losses`` and ``verl.trainer.distillation.losses`` hold their own
-``from core_algos import kl_penalty`` copies. :func:`attach` swaps each of these for a
-wrapper that calls the original and hands its inputs and outputs to the monitor;
-:func:`detach` puts the originals back, exactly. Copies made by modules imported after
-``attach`` are not patched: import verl's trainer first.
+verl's ``RayPPOTrainer.fit`` (in the driver-side ``TaskRunner`` actor under ``main_ppo``)
+calls the module function ``ray_trainer.compute_advantage(data, adv_estimator, gamma, lam,
+num_repeat, norm_adv_by_std_in_grpo, config)`` once per training step, before
+``update_actor``; that dispatcher calls ``core_algos.compute_grpo_outcome_advantage`` for
+``"grpo"`` and the registry entry ``core_algos.get_adv_estimator_fn(name)`` for the others.
+:func:`attach` wraps the dispatcher (``ray_trainer.compute_advantage`` and the loaded
+modules that imported it by name), so every estimator it dispatches to is observed,
+entries registered after ``attach()`` included. After each call the ``DataProto`` holds
+``token_level_rewards``, ``response_mask``, ``advantages`` and the ``uid`` of each row:
+rewards are ``token_level_rewards.sum(-1)``, groups the ``uid`` strings (rows are
+shuffled), the row advantage the mean over ``response_mask``; the monitor's step then ends,
+so a breach raises ``InvariantViolation`` out of ``compute_advantage``, before
+``update_actor`` uses the batch.
 
-Rows are shuffled in verl's batches: groups are read from the ``index`` (``uid``) array,
-rewards from ``token_level_rewards.sum(-1)`` and the row advantage as the mean of the
-returned token advantages over ``response_mask``. ``"grpo"`` divides by ``torch.std``
-(Bessel) + 1e-6; ``norm_adv_by_std_in_grpo=False`` does not divide; ``"rloo"`` is the
-leave-one-out convention. Each call declares its registry entry (``verl.grpo``,
-``verl.grpo_no_std``, ``verl.rloo``, ... with the call's ``epsilon``) to a monitor built with
-``std_convention="auto"``, so a branch that computes another convention is an error.
+==================================================  =====================================
+``adv_estimator`` (``norm_adv_by_std_in_grpo``)     registry entry
+==================================================  =====================================
+``grpo`` (True / False)                             ``verl.grpo`` / ``verl.grpo_no_std``
+``grpo_vectorized`` (either)                        ``verl.grpo_vectorized`` (see below)
+``rloo``, ``rloo_vectorized``                       ``verl.rloo``, ``verl.rloo_vectorized``
+``grpo_passk`` (True / False, from the config)      ``verl.grpo_passk`` / ``verl.grpo_passk_no_std``
+``gpg``, ``reinforce_plus_plus_baseline``           ``verl.gpg``, ``verl.reinforce_plus_plus_baseline``
+``gae``, ``reinforce_plus_plus``, ``remax``, ...    none: rewards and groups only
+==================================================  =====================================
 
-KL needs the response mask, which ``kl_penalty`` is not given: pass it with
-``with kl_mask(response_mask): ...``, else it is read from the caller's local
-``response_mask`` when its shape matches (both verl call sites have one); without a mask
-the call is not observed (one warning).
+``compute_advantage`` passes ``norm_adv_by_std_in_grpo`` to ``grpo`` only; ``grpo_vectorized``
+takes it as its own argument, which the dispatcher never passes, so it always divides by
+the std, whatever ``algorithm.norm_adv_by_std_in_grpo`` says (verl 0.9.1). The attach
+declares what is computed (``verl.grpo_vectorized``) and warns once when the config asks
+for no std.
+
+An estimator without an entry (a user's own) is checked against ``MonitorConfig.std_convention``
+when the user declares it (``attach(config=MonitorConfig(std_convention="verl.grpo"))``).
+``sinks="auto"`` follows ``trainer.logger`` (wandb, tensorboard, mlflow, trackio; the run
+verl's ``Tracking`` opened) and falls back to ``<trainer.default_local_dir>/grpo-monitor/monitor.jsonl``.
+
+KL, worker-side: ``kl_penalty`` (and the copies ``verl.workers.utils.losses`` and
+``verl.trainer.distillation.losses`` hold) runs in the actor workers' loss, not in the
+driver. ``attach(kl=True)`` wraps it for plain loops that call verl's functions in one
+process; the response mask comes from ``with kl_mask(mask): ...`` or the caller's local
+``response_mask``. Those token statistics join the monitor's current step (with one step
+per ``compute_advantage``, the KL of an update is reported with the next step).
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 import functools
 import inspect
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
-from grpo_monitor.integrations._common import FailOpen, row_advantages
+from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references, trainer_setting
+from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
 
-#: Estimators whose advantages are affine in the group's rewards (the invariants apply).
-GROUP_ESTIMATORS: tuple[str, ...] = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized")
+MODULE = "verl.trainer.ppo.ray_trainer"
+DISPATCHER = "compute_advantage"
 KL_FUNCTIONS: tuple[str, ...] = ("kl_penalty", "kl_penalty_forward")
+#: verl's ``adv_estimator`` -> (registry entry, entry when ``norm_adv_by_std_in_grpo`` is False).
+ESTIMATORS: dict[str, tuple[str, str]] = {
+    "grpo": ("verl.grpo", "verl.grpo_no_std"),
+    "grpo_vectorized": ("verl.grpo_vectorized", "verl.grpo_no_std"),
+    "rloo": ("verl.rloo", "verl.rloo"),
+    "rloo_vectorized": ("verl.rloo_vectorized", "verl.rloo_vectorized"),
+    "grpo_passk": ("verl.grpo_passk", "verl.grpo_passk_no_std"),
+    "gpg": ("verl.gpg", "verl.gpg"),
+    "reinforce_plus_plus_baseline": ("verl.reinforce_plus_plus_baseline", "verl.reinforce_plus_plus_baseline"),
+}
+#: Estimators that read ``norm_adv_by_std_in_grpo`` from the ``AlgoConfig`` (``grpo`` takes the call's argument;
+#: ``grpo_vectorized`` has its own argument, which the dispatcher never passes: it always divides).
+READS_CONFIG: tuple[str, ...] = ("grpo_passk",)
 
+_SLOT = Slot("verl")
 _KL_MASK: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("grpo_monitor_kl_mask", default=None)
 _IN_KL: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_monitor_in_kl", default=False)
 
 
-@dataclasses.dataclass
-class _Patch:
-    """One replaced reference: ``owner.name`` (an attribute) or ``owner[name]`` (a dict entry)."""
+def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
+                       trainer: Any = None) -> Declared:
+    """The registry entry of one ``compute_advantage`` call; ``trainer`` (the ``trainer`` section of the
+    calling trainer's config) gives its trackers and output folder, for ``sinks="auto"``.
 
-    owner: Any
-    name: str
-    original: Any
-    item: bool = False
+    ``grpo`` reads the call's ``norm_adv_by_std_in_grpo``; the other estimators read the
+    ``AlgoConfig``'s (as verl's do).
 
-    def apply(self, value: Any) -> None:
-        if self.item:
-            self.owner[self.name] = value
-        else:
-            setattr(self.owner, self.name, value)
-
-    def restore(self) -> None:
-        self.apply(self.original)
-
-
-@dataclasses.dataclass
-class _Attachment:
-    monitor: GRPOMonitor
-    guard: FailOpen
-    patches: list[_Patch]
-    warned: set[str] = dataclasses.field(default_factory=set)
-    declares: bool = True  # the monitor was built with std_convention="auto": each call declares its estimator
+    >>> declared_estimator("grpo").estimator, declared_estimator("grpo", False).estimator
+    ('verl.grpo', 'verl.grpo_no_std')
+    """
+    name = str(getattr(adv_estimator, "value", adv_estimator))
+    by_std = bool(norm_adv_by_std_in_grpo) if name == "grpo" else True
+    if name in READS_CONFIG and config is not None and hasattr(config, "get"):
+        by_std = bool(config.get("norm_adv_by_std_in_grpo", True))
+    trackers, output_dir = _trackers(trainer)
+    if name not in ESTIMATORS:
+        return Declared(None, note=f"verl's advantage estimator {name!r} has no registry entry",
+                        trackers=trackers, output_dir=output_dir)
+    return Declared(ESTIMATORS[name][0 if by_std else 1], trackers=trackers, output_dir=output_dir)
 
 
-_current: _Attachment | None = None
+def _trackers(trainer: Any) -> tuple[tuple[str, ...] | None, str | None]:
+    """``trainer.logger`` and ``trainer.default_local_dir`` of verl's trainer config (None when unknown)."""
+    if trainer is None:
+        return None, None
+    from grpo_monitor.sinks.auto import tracker_names
+
+    logger = trainer.get("logger", None) if hasattr(trainer, "get") else getattr(trainer, "logger", None)
+    local_dir = trainer.get("default_local_dir", None) if hasattr(trainer, "get") else None
+    return tuple(tracker_names(logger)), (str(local_dir) if local_dir else None)
 
 
 def loss_config(actor: Any) -> dict[str, Any]:
@@ -101,62 +139,107 @@ def loss_config(actor: Any) -> dict[str, Any]:
     return {"loss_aggregation": f"verl.{mode}"}
 
 
-def attached() -> GRPOMonitor | None:
-    """The monitor verl's estimators currently report to, or None."""
-    return _current.monitor if _current is not None else None
+def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
+           sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
+           kl: bool = True) -> Attachment:
+    """Observe every call of verl's ``ray_trainer.compute_advantage``; one monitor step per call.
 
-
-def attach(monitor: GRPOMonitor, *, estimators: Sequence[str] = GROUP_ESTIMATORS, kl: bool = True) -> None:
-    """Wrap verl's advantage estimators named in ``estimators`` (and its KL estimator when ``kl``).
-
-    Raises ``RuntimeError`` when already attached, ``ValueError`` for an unknown estimator.
+    Without ``monitor`` one is built at the first call, declared from the call's
+    ``adv_estimator`` and ``norm_adv_by_std_in_grpo`` (fields set in ``config`` win), with
+    ``sinks`` (``"auto"``: the trackers of ``trainer.logger``). ``kl`` also wraps
+    ``kl_penalty`` (worker-side; for plain loops). Raises ``RuntimeError`` when already attached.
     """
-    global _current
-    if not isinstance(monitor, GRPOMonitor):
-        raise TypeError(f"monitor must be a GRPOMonitor, but got {type(monitor).__name__}")
-    if _current is not None:
-        raise RuntimeError("grpo_monitor.integrations.verl is already attached; call detach() first")
-    from verl.trainer.ppo import core_algos
+    _SLOT.check_free()
+    import importlib
 
-    registry = core_algos.ADV_ESTIMATOR_REGISTRY
-    unknown = sorted(set(estimators) - set(registry))
-    if unknown:
-        raise ValueError(f"estimators {unknown} are not in verl's ADV_ESTIMATOR_REGISTRY; expected names from "
-                         f"{sorted(registry)}")
-    state = _Attachment(monitor, FailOpen(monitor, "verl"), [], declares=monitor.config.std_convention == "auto")
-    originals = [registry[n] for n in estimators] + ([getattr(core_algos, n) for n in KL_FUNCTIONS] if kl else [])
-    wrappers: dict[int, tuple[Callable, Callable]] = {}
-    for fn in originals:
-        wrap = _wrap_kl if fn.__name__ in KL_FUNCTIONS else _wrap_estimator
-        wrappers.setdefault(id(fn), (fn, wrap(fn, state)))
-    state.patches = [_Patch(registry, n, registry[n], item=True) for n in estimators] + _module_references(wrappers)
-    for p in state.patches:
-        p.apply(wrappers[id(p.original)][1])
-    _current = state
+    ray_trainer = importlib.import_module(MODULE)
+    state = Attachment("verl", monitor, config, sinks, step_per_call)
+    original = getattr(ray_trainer, DISPATCHER)
+    wrapper = state.wrap(original, _capture, _observer(state))
+    for module, name in [(ray_trainer, DISPATCHER)] + _copies(original, ray_trainer):
+        state.patch_with(module, name, wrapper)
+    if kl:
+        _patch_kl(state)
+    return _SLOT.claim(state)
+
+
+def attach_from_env() -> Attachment:
+    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
+    (``"grpo_monitor.integrations.verl.attach_from_env"``); the current attachment when already attached."""
+    return _attach_from_env(attach, lambda: _SLOT.current)
 
 
 def detach() -> None:
-    """Restore every reference :func:`attach` replaced (no-op when not attached)."""
-    global _current
-    if _current is None:
+    """Restore what :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
+    _SLOT.release()
+
+
+def attached() -> GRPOMonitor | None:
+    """The monitor verl's advantages report to (None before the first call builds it, or when detached)."""
+    return _SLOT.monitor()
+
+
+def _copies(original: Callable, home: Any) -> list[tuple[Any, str]]:
+    """Other loaded modules (verl's own, recipes) that imported ``compute_advantage`` by name."""
+    return [(m, a) for m, a in module_references(("verl", "recipe"), original) if m is not home or a != DISPATCHER]
+
+
+# ------------------------------------------------------------------ the call
+def _capture(data: Any, adv_estimator: Any, gamma: float = 1.0, lam: float = 1.0, num_repeat: int = 1,
+             norm_adv_by_std_in_grpo: bool = True, config: Any = None) -> Call:
+    """Before the call: the declaration (with the calling trainer's config, for ``sinks="auto"``)."""
+    trainer_section = trainer_setting(("config", "trainer"))  # RayPPOTrainer.config.trainer
+    ignored = (str(getattr(adv_estimator, "value", adv_estimator)) == "grpo_vectorized" and config is not None
+               and hasattr(config, "get") and not config.get("norm_adv_by_std_in_grpo", True))
+    return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_section),
+                {"std_flag_ignored": ignored})
+
+
+def _observer(state: Attachment):
+    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+    return observe
+
+
+def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, data: Any) -> None:
+    batch, extra = data.batch, data.non_tensor_batch
+    if "uid" not in extra:
+        state.warn_once("no_uid", "compute_advantage got a DataProto without non_tensor_batch['uid']: the rows' groups "
+                                  "are unknown, this batch is not observed")
         return
-    for p in reversed(_current.patches):
-        p.restore()
-    _current = None
+    mask, advantages = batch["response_mask"], batch["advantages"]
+    if call.before.get("std_flag_ignored"):
+        state.warn_once("vectorized_std", "algorithm.norm_adv_by_std_in_grpo=False is ignored by verl's "
+                                          "grpo_vectorized under compute_advantage (it divides by the std): the "
+                                          "advantages are checked as verl.grpo_vectorized")
+    check = state.checks_advantages(call)
+    tokens = _token_inputs(data, mask)
+    monitor.observe_rollout(batch["token_level_rewards"].sum(-1), group_ids=_ids(extra["uid"]),
+                            advantages=row_advantages(advantages, mask) if check else None, **tokens["rollout"])
+    # The token tensors this DataProto holds at advantage time (sampler vs. trainer log-probs, reference, entropy)
+    monitor.observe_loss(**tokens["loss"], advantages=advantages if check else None)
 
 
-def _module_references(wrappers: dict[int, tuple[Callable, Callable]]) -> list[_Patch]:
-    """Attributes of loaded ``verl`` modules (core_algos and its importers) bound to a wrapped function."""
-    found = []
-    for modname, module in list(sys.modules.items()):
-        if module is None or not (modname == "verl" or modname.startswith("verl.")):
-            continue
-        for attr, value in list(vars(module).items()):
-            if id(value) in wrappers and wrappers[id(value)][0] is value:
-                found.append(_Patch(module, attr, value))
-    return found
+def _token_inputs(data: Any, mask: torch.Tensor) -> dict[str, dict[str, torch.Tensor]]:
+    """:func:`dataproto_token_inputs`, or the mask and lengths alone when the batch holds no ``responses``."""
+    if "responses" in data.batch.keys():
+        return dataproto_token_inputs(data)
+    loss = {"mask": mask, "old_logprobs": _get(data.batch, "old_log_probs"),
+            "ref_logprobs": _get(data.batch, "ref_log_prob")}
+    return {"loss": {k: v for k, v in loss.items() if v is not None}, "rollout": {"lengths": mask.sum(-1)}}
 
 
+def _get(batch: Any, key: str) -> torch.Tensor | None:
+    return batch[key] if key in batch.keys() else None
+
+
+def _ids(index: Any) -> Any:
+    """verl's ``uid`` array (numpy object array of strings) as a list of hashable ids."""
+    return index.tolist() if hasattr(index, "tolist") and not isinstance(index, torch.Tensor) else index
+
+
+# ------------------------------------------------------------------------- KL
 @contextlib.contextmanager
 def kl_mask(mask: torch.Tensor) -> Iterator[None]:
     """Use ``mask`` as the response mask of the KL calls made inside the block."""
@@ -167,67 +250,18 @@ def kl_mask(mask: torch.Tensor) -> Iterator[None]:
         _KL_MASK.reset(token)
 
 
-# ------------------------------------------------------------------ estimators
-def _wrap_estimator(original: Callable, state: _Attachment) -> Callable:
-    signature = inspect.signature(original)
+def _patch_kl(state: Attachment) -> None:
+    """Wrap ``core_algos.kl_penalty`` / ``kl_penalty_forward`` and every loaded verl module's copy of them."""
+    from verl.trainer.ppo import core_algos
 
-    @functools.wraps(original)
-    def wrapper(*args: Any, **kwargs: Any):
-        bound = signature.bind_partial(*args, **kwargs)
-        out = original(*args, **kwargs)
-        state.guard(_observe_estimator, state, original.__name__, bound.arguments, out)
-        return out
-
-    wrapper.__grpo_monitor_original__ = original  # type: ignore[attr-defined]  # marks the wrapper for detach()
-    return wrapper
+    for name in KL_FUNCTIONS:
+        original = getattr(core_algos, name)
+        wrapper = _wrap_kl(original, state)
+        for module, attr in module_references(("verl",), original):
+            state.patch_with(module, attr, wrapper)
 
 
-#: verl's estimator functions -> (registry entry, registry entry when norm_adv_by_std_in_grpo=False).
-ESTIMATOR_OF_FUNCTION: dict[str, tuple[str, str]] = {
-    "compute_grpo_outcome_advantage": ("verl.grpo", "verl.grpo_no_std"),
-    "compute_grpo_vectorized_outcome_advantage": ("verl.grpo_vectorized", "verl.grpo_no_std"),
-    "compute_rloo_outcome_advantage": ("verl.rloo", "verl.rloo"),
-    "compute_rloo_vectorized_outcome_advantage": ("verl.rloo_vectorized", "verl.rloo_vectorized"),
-}
-
-
-def declared_estimator(name: str, arguments: dict) -> tuple[str, float | None] | None:
-    """The registry entry and stabilizer a verl estimator call computes, from its own arguments
-    (``norm_adv_by_std_in_grpo``, ``epsilon``); None for estimators verl's registry holds that the
-    monitor does not know (a user's own: judged by "auto")."""
-    entry = ESTIMATOR_OF_FUNCTION.get(name)
-    if entry is None:
-        return None
-    by_std = arguments.get("norm_adv_by_std_in_grpo", True)
-    config = arguments.get("config")
-    if config is not None and hasattr(config, "get"):
-        by_std = config.get("norm_adv_by_std_in_grpo", by_std)
-    estimator = entry[0] if by_std else entry[1]
-    divides = estimator in ("verl.grpo", "verl.grpo_vectorized")
-    return estimator, float(arguments.get("epsilon", 1e-6)) if divides else None
-
-
-def _observe_estimator(state: _Attachment, name: str, arguments: dict, out: Any) -> None:
-    rewards, mask, index = (arguments.get(k) for k in ("token_level_rewards", "response_mask", "index"))
-    if rewards is None or mask is None or index is None:
-        _warn_once(state, name, f"verl estimator {name} was called without token_level_rewards, response_mask and "
-                                "index (uid); its batch is not observed")
-        return
-    declared = declared_estimator(name, arguments)
-    if declared is not None and state.declares:
-        state.monitor.declare_estimator(*declared)
-    advantages = out[0] if isinstance(out, tuple) else out
-    state.monitor.observe_rollout(rewards.sum(-1), group_ids=_ids(index), advantages=row_advantages(advantages, mask))
-    state.monitor.observe_loss(mask=mask, advantages=advantages)
-
-
-def _ids(index: Any) -> Any:
-    """verl's ``uid`` array (numpy object array of strings) as a list of hashable ids."""
-    return index.tolist() if hasattr(index, "tolist") and not isinstance(index, torch.Tensor) else index
-
-
-# ------------------------------------------------------------------------- KL
-def _wrap_kl(original: Callable, state: _Attachment) -> Callable:
+def _wrap_kl(original: Callable, state: Attachment) -> Callable:
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -239,37 +273,32 @@ def _wrap_kl(original: Callable, state: _Attachment) -> Callable:
             out = original(*args, **kwargs)
         finally:
             _IN_KL.reset(token)
-        bound = signature.bind_partial(*args, **kwargs).arguments
-        caller = sys._getframe(1)
-        try:
-            state.guard(_observe_kl, state, bound, out, caller)
-        finally:
-            del caller
+        guard = state.guard
+        if guard is not None:
+            caller = sys._getframe(1)
+            try:
+                guard(_observe_kl, state, signature.bind_partial(*args, **kwargs).arguments, out, caller)
+            finally:
+                del caller
         return out
 
     wrapper.__grpo_monitor_original__ = original  # type: ignore[attr-defined]  # marks the wrapper for detach()
     return wrapper
 
 
-def _observe_kl(state: _Attachment, arguments: dict, kl: torch.Tensor, caller: Any) -> None:
+def _observe_kl(state: Attachment, arguments: dict, kl: torch.Tensor, caller: Any) -> None:
     logprob, ref = arguments.get("logprob"), arguments.get("ref_logprob")
-    if logprob is None or ref is None or kl is None:
+    if logprob is None or ref is None or kl is None or state.monitor is None:
         return
     mask = _KL_MASK.get()
     if mask is None:
         local = caller.f_locals.get("response_mask")
         mask = local if isinstance(local, torch.Tensor) and local.shape == logprob.shape else None
     if mask is None:
-        _warn_once(state, "kl_mask", "verl's kl_penalty was called without a response mask in reach; wrap the call "
-                                     "in grpo_monitor.integrations.verl.kl_mask(mask) to observe it")
+        state.warn_once("kl_mask", "verl's kl_penalty was called without a response mask in reach; wrap the call "
+                                   "in grpo_monitor.integrations.verl.kl_mask(mask) to observe it")
         return
     state.monitor.observe_loss(mask=mask, logprobs=logprob, ref_logprobs=ref, kl=kl)
-
-
-def _warn_once(state: _Attachment, key: str, text: str) -> None:
-    if key not in state.warned:
-        state.warned.add(key)
-        warnings.warn(f"grpo-monitor: {text}", RuntimeWarning, stacklevel=3)
 
 
 def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:

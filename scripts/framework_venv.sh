@@ -73,7 +73,7 @@ EOF
 
 if [ -f "$VENV/.recipe" ] && [ "$(cat "$VENV/.recipe")" = "$RECIPE" ]; then
   if ! editable_here; then
-    "$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$REPO" >>"$LOG" 2>&1 \
+    "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e "$REPO" >>"$LOG" 2>&1 \
       || { echo "framework_venv: re-pointing grpo-monitor in $VENV failed; see $LOG" >&2; exit 1; }
   fi
   echo "$VENV/bin/python"

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
+
+# Trackio fixes its storage folder when imported, and MLflow 3 refuses a file store unless told: every test's
+# trackers write under one temporary folder, never into ~/.cache (each test uses its own project/store).
+os.environ.setdefault("TRACKIO_DIR", tempfile.mkdtemp(prefix="grpo-monitor-trackio-"))
+os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks.base import Sink

@@ -1,7 +1,7 @@
-"""Sinks: where step reports go (JSONL, TensorBoard, W&B, console).
+"""Sinks: where step reports go (JSONL, TensorBoard, W&B, Trackio, MLflow, console).
 
 Exports are lazy: ``from grpo_monitor.sinks import JSONLSink`` imports neither wandb,
-tensorboard nor rich; each backend is imported by the sink method that first needs it.
+tensorboard, trackio, mlflow nor rich; each backend is imported by the sink method that first needs it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,10 @@ _LAZY = {
     "read_jsonl": "jsonl",
     "TensorBoardSink": "tensorboard_sink",
     "WandbSink": "wandb_sink",
+    "TrackioSink": "trackio_sink",
+    "MLflowSink": "mlflow_sink",
+    "sinks_for_trackers": "auto",
+    "tracker_names": "auto",
     "ConsoleSink": "console",
     "read_wandb_records": "wandb_reader",
     "build_workspace": "wandb_workspace",

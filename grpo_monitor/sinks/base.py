@@ -1,11 +1,54 @@
-"""The one small interface every sink implements."""
+"""The one small interface every sink implements, and the run configuration every tracker gets once."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..report import StepReport
+
+if TYPE_CHECKING:
+    from ..config import MonitorConfig
+
+#: Prefix of the run parameters the monitor stores in a tracker (W&B config, MLflow params, ...).
+PARAMS_PREFIX = "grpo_monitor/"
+
+
+def run_params(config: MonitorConfig) -> dict[str, str | int | float | bool | None]:
+    """The monitor's configuration as flat run parameters, ``grpo_monitor/<field>`` (nested with slashes).
+
+    ``grpo_monitor/estimator`` is the declared advantage estimator (``std_convention``, which an
+    integration sets from the trainer's config); lists and mappings become JSON text.
+
+    >>> from grpo_monitor import MonitorConfig
+    >>> p = run_params(MonitorConfig(group_size=8, std_convention="bessel"))
+    >>> p["grpo_monitor/estimator"], p["grpo_monitor/group_size"], p["grpo_monitor/tolerances/zero_group_mean"]
+    ('bessel', 8, 0.001)
+    """
+    out: dict[str, str | int | float | bool | None] = {
+        f"{PARAMS_PREFIX}version": _version(), f"{PARAMS_PREFIX}estimator": config.std_convention}
+    _flatten(config.model_dump(mode="json"), PARAMS_PREFIX, out)
+    return out
+
+
+def _version() -> str:
+    """The installed grpo-monitor's version (read from its metadata: no import of the package here)."""
+    try:
+        return importlib.metadata.version("grpo-monitor")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "unknown"
+
+
+def _flatten(values: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+    for key, value in values.items():
+        if isinstance(value, dict) and value and key != "policies":
+            _flatten(value, f"{prefix}{key}/", out)
+        elif isinstance(value, (list, tuple, dict)):
+            out[prefix + key] = json.dumps(value)
+        else:
+            out[prefix + key] = value
 
 
 class Sink:
@@ -39,6 +82,17 @@ class Sink:
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
         """Raise an alert in the backend (a breach)."""
+
+    def log_config(self, params: dict[str, Any]) -> None:
+        """Store the run's configuration (:func:`run_params`), once per run, before its first report."""
+
+    def capture(self) -> None:
+        """Called in the training thread before the sink's first call of a run is queued.
+
+        A background sink is called from a thread of its own; a tracker whose current run
+        lives in the training thread (MLflow's active run is thread-local, Trackio's a
+        context variable) reads it here, so the sink logs into the run the trainer opened.
+        """
 
     def log_report(self, report: StepReport) -> None:
         """Write a whole step; the default splits it into the calls above."""

@@ -10,6 +10,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..report import StepReport
 from .base import Sink
@@ -55,6 +56,10 @@ class SinkSet:
     ``is_main_process`` may be a bool or a no-argument callable, checked at call time.
     ``queue_size``, ``stall_timeout`` and ``flush_timeout`` are read at each call and may be
     changed on the object.
+
+    Before a sink's first call of a run (and again after ``finish``), ``sink.capture()`` runs
+    in the calling (training) thread, and the first ``emit`` given ``config`` hands each sink
+    ``log_config(config())`` ahead of the report: the run's configuration, once per run.
     """
 
     def __init__(
@@ -82,6 +87,8 @@ class SinkSet:
         self.flush_timeout = float(flush_timeout)
         self.when_full = when_full
         self._messages: collections.deque[str] = collections.deque()
+        self._captured: set[int] = set()  # sinks whose capture() ran this run
+        self._configured = False
         self.health: dict[int, SinkHealth] = {id(s): self._read_attributes(s) for s in self.sinks}
         self._workers: dict[int, SinkWorker] = {}
         self._pid = os.getpid()
@@ -119,8 +126,13 @@ class SinkSet:
         return health
 
     # ------------------------------------------------------------------ calls
-    def emit(self, report: StepReport) -> None:
-        """Hand ``report`` to every active sink that is not disabled; never waits on a slow one."""
+    def emit(self, report: StepReport, config: Callable[[], dict[str, Any]] | None = None) -> None:
+        """Hand ``report`` to every active sink that is not disabled; never waits on a slow one.
+
+        ``config`` (the run parameters, built only when needed) goes first, once per run."""
+        if config is not None and not self._configured:
+            self._configured = True
+            self._dispatch(Job.for_config(config()), report=False)
         self._dispatch(Job.for_report(report))
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
@@ -140,6 +152,8 @@ class SinkSet:
         self._report()
         _stop_all(self._workers)
         self._workers.clear()  # a later emit starts fresh threads
+        self._captured.clear()
+        self._configured = False
 
     # --------------------------------------------------------------- delivery
     def _dispatch(self, job: Job, report: bool = True) -> None:
@@ -153,6 +167,8 @@ class SinkSet:
         health = self.health_of(sink)
         if health.disabled and job.kind != "finish":
             return
+        if id(sink) not in self._captured and job.kind != "finish":
+            self._capture(sink, health.name)
         if health.synchronous:
             self._note(run_job(sink, health, job, self.max_failures))
             return
@@ -172,6 +188,14 @@ class SinkSet:
                 f"sink {health.name!r} is blocked ({blocked}); {job.what} and later reports are "
                 f"dropped while it stays blocked (counted in its health), training does not wait for it"
             )
+
+    def _capture(self, sink: Sink, name: str) -> None:
+        """``sink.capture()`` in this thread, once per run; a failure is warned and the sink used anyway."""
+        self._captured.add(id(sink))
+        try:
+            sink.capture()
+        except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+            self._note(f"sink {name!r} failed to find the trainer's run ({exc!r}); it opens its own")
 
     def _note_dropped(self) -> None:
         """At finish: say, per sink, how many reports it dropped and which steps it lacks."""

@@ -18,6 +18,8 @@ if TYPE_CHECKING:  # imported on first use only: tensorboard is optional
 
 #: The text tag that holds a step's violation messages.
 VIOLATIONS_TAG = "grpo/violations"
+#: The text tag that holds the run parameters (a markdown table, at step 0).
+CONFIG_TAG = "grpo/config"
 
 
 def custom_scalars_layout(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, dict[str, list]]:
@@ -84,6 +86,12 @@ class TensorBoardSink(Sink):
     def log_text(self, key: str, text: str, step: int) -> None:
         """Write markdown ``text`` under ``key`` for ``step``."""
         self.writer.add_text(key, text, global_step=step)
+
+    def log_config(self, params: dict[str, Any]) -> None:
+        """The run parameters as a markdown table under ``grpo/config`` (TensorBoard's text tab)."""
+        rows = "\n".join(f"| `{key}` | `{value}` |" for key, value in params.items())
+        self.log_text(CONFIG_TAG, f"| parameter | value |\n|---|---|\n{rows}", 0)
+        self.writer.flush()
 
     def log_report(self, report: StepReport) -> None:
         self.log(report.metrics, report.step)

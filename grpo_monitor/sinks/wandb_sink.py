@@ -136,6 +136,10 @@ class WandbSink(Sink):
         alert_level = wandb.AlertLevel(_LEVELS[level.upper()])  # type: ignore[attr-defined]
         self.run.alert(title=title[:63], text=text, level=alert_level)
 
+    def log_config(self, params: dict[str, Any]) -> None:
+        """The run parameters into the run's config (``grpo_monitor/*`` keys; the trainer's keys untouched)."""
+        self.run.config.update(params, allow_val_change=True)
+
     def log_report(self, report: StepReport) -> None:
         """One history row with the scalars, histograms and (when due) tables of the step."""
         row: dict[str, Any] = {self.step_key: report.step, **self._scalars(report.metrics)}

@@ -51,7 +51,8 @@ class SinkHealth:
 
 @dataclasses.dataclass(frozen=True)
 class Job:
-    """One call to make on a sink: ``kind`` is "report", "alert" or "finish"; ``what`` names it in warnings."""
+    """One call to make on a sink: ``kind`` is "report", "config", "alert" or "finish"; ``what`` names it in
+    warnings."""
 
     kind: str
     what: str
@@ -76,6 +77,11 @@ class Job:
         return cls("alert", f"alert {title!r}", lambda sink: sink.alert(title, text, level))
 
     @classmethod
+    def for_config(cls, params: dict[str, Any]) -> Job:
+        """``log_config(params)``: the run's configuration, before its first report."""
+        return cls("config", "the run config", lambda sink: sink.log_config(params))
+
+    @classmethod
     def for_finish(cls, failed: bool) -> Job:
         """``finish(failed=failed)``; made on disabled sinks too."""
         return cls("finish", "finish", lambda sink: sink.finish(failed=failed), failed)
@@ -88,6 +94,14 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
             job.call(sink)
         except Exception as exc:  # noqa: BLE001 - a sink must never stop training
             return f"sink {health.name!r} failed to finish: {exc!r}"
+        return None
+    if job.kind == "config":  # once per run, not a record: outside the failure streak, not retried
+        if health.disabled:
+            return None
+        try:
+            job.call(sink)
+        except Exception as exc:  # noqa: BLE001 - a sink must never stop training
+            return f"sink {health.name!r} failed to store the run config ({exc!r}); its reports go on without it"
         return None
     if health.disabled:
         return None

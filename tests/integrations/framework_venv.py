@@ -15,6 +15,7 @@ import functools
 import json
 import os
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,8 @@ SCRIPT = REPO / "scripts" / "framework_venv.sh"
 MARKER = "GRPO_CASES "
 CREATE_TIMEOUT = 1800  # seconds: a cold AReaL venv takes about 2 minutes here
 ENV = {"HF_HUB_OFFLINE": "1", "WANDB_MODE": "offline", "WANDB_SILENT": "true", "TOKENIZERS_PARALLELISM": "false",
-       "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning"}
+       "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore::DeprecationWarning",
+       "GRPO_MONITOR_LOG_DIR": tempfile.mkdtemp(prefix="grpo-monitor-fallback-")}  # sinks="auto" with no tracker
 
 
 @functools.cache

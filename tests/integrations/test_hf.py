@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -96,12 +98,50 @@ def test_monitored_steps_raises_the_breach():
 
 @pytest.mark.parametrize(
     "report_to, kinds",
-    [pytest.param("none", [], id="none"), pytest.param(["wandb"], ["WandbSink"], id="wandb"),
-     pytest.param(["tensorboard", "wandb"], ["WandbSink", "TensorBoardSink"], id="both")],
+    [pytest.param(["wandb"], ["WandbSink"], id="wandb"),
+     pytest.param(["tensorboard", "wandb"], ["TensorBoardSink", "WandbSink"], id="both"),
+     pytest.param("trackio", ["TrackioSink"], id="trackio"),
+     pytest.param(["mlflow", "trackio"], ["MLflowSink", "TrackioSink"], id="mlflow-trackio")],
 )
 def test_sinks_follow_report_to(report_to, kinds, tmp_path):
     """sinks="auto" builds the sinks of the trainer's report_to; nothing is opened at construction."""
     args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to=report_to, use_cpu=True)
     assert [type(s).__name__ for s in hf.resolve_sinks("auto", args)] == kinds
+    assert list(tmp_path.iterdir()) == []
     with pytest.raises(ValueError, match="sinks must be 'auto', None or a list"):
         hf.resolve_sinks("wandb", args)
+
+
+def test_report_to_all_follows_the_installed_trackers(tmp_path):
+    """report_to="all" (expanded by transformers to what is installed) gets a sink for each supported one."""
+    from transformers.integrations.integration_utils import get_available_reporting_integrations
+
+    from grpo_monitor.sinks.auto import SUPPORTED
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="all", use_cpu=True)
+    names = {type(s).__name__.removesuffix("Sink").lower() for s in hf.resolve_sinks("auto", args)}
+    assert names == {n for n in get_available_reporting_integrations() if n in SUPPORTED}
+    assert {"wandb", "tensorboard", "trackio", "mlflow"} <= names  # all four are installed in the test venv
+
+
+def test_no_tracker_writes_a_jsonl_log_in_output_dir_and_prints_its_path(tmp_path, capsys):
+    """report_to="none": a JSONL log at <output_dir>/grpo-monitor/monitor.jsonl, its path printed."""
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    (sink,) = hf.resolve_sinks("auto", args)
+    path = tmp_path / "grpo-monitor" / "monitor.jsonl"
+    assert isinstance(sink, JSONLSink) and sink.path == path
+    assert str(path.resolve()) in capsys.readouterr().err
+
+
+def test_an_unsupported_tracker_is_named_once(tmp_path):
+    """A tracker without a sink is warned about once, by name; the supported ones still get theirs."""
+    from grpo_monitor.sinks import auto
+
+    auto._WARNED.discard("swanlab")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), report_to="none", use_cpu=True)
+    args.report_to = ["swanlab", "wandb"]  # swanlab is not installed: set after the arguments' own check
+    with pytest.warns(RuntimeWarning, match=r"no sink for the tracker\(s\) \['swanlab'\]"):
+        assert [type(s).__name__ for s in hf.resolve_sinks("auto", args)] == ["WandbSink"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        hf.resolve_sinks("auto", args)

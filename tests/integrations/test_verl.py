@@ -1,4 +1,5 @@
-"""verl 0.9.1's real estimators, wrapped where its trainer calls them: shuffled uid batches, the 0.7 group, detach."""
+"""verl 0.9.1's real ``ray_trainer.compute_advantage`` on real DataProtos: one monitor step per call,
+every estimator it dispatches to (a registry entry added after attach included), breaches out of the call."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ import torch
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     core_algos = pytest.importorskip("verl.trainer.ppo.core_algos")
+    ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
     verl_losses = pytest.importorskip("verl.workers.utils.losses")
     distill_losses = pytest.importorskip("verl.trainer.distillation.losses")
+    from verl import DataProto
+    from verl.trainer.config import AlgoConfig
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
 from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
@@ -23,10 +27,23 @@ G, T = 8, 6
 
 
 @pytest.fixture
+def attached(tmp_path):
+    """``attached(**attach_kwargs)`` -> the attachment (config strict, repro files in tmp_path); always detached."""
+
+    def attach(**kwargs):
+        kwargs.setdefault("config", MonitorConfig(strict=True, repro_dir=str(tmp_path)))
+        kwargs.setdefault("sinks", None)
+        return gverl.attach(**kwargs)
+
+    yield attach
+    gverl.detach()
+
+
+@pytest.fixture
 def monitor(tmp_path):
-    """A monitor attached to verl for the test's duration (always detached afterwards)."""
+    """A given monitor attached to verl (no step per call: the KL tests end their steps)."""
     mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path), strict=True))
-    gverl.attach(mon)
+    gverl.attach(mon, step_per_call=False, sinks=None)
     yield mon
     gverl.detach()
 
@@ -47,6 +64,16 @@ def shuffled_batch(groups: int = 4, seed: int = 0, constant: dict[int, float] | 
     return rewards[perm], mask[perm], uid[perm.numpy()], scores[perm]
 
 
+def data_proto(seed: int = 0, constant: dict[int, float] | None = None) -> tuple[DataProto, torch.Tensor]:
+    """A real DataProto as verl's fit() has it before compute_advantage (rewards, mask, uid, log-probs)."""
+    rewards, mask, uid, scores = shuffled_batch(seed=seed, constant=constant)
+    g = torch.Generator().manual_seed(seed + 100)
+    old = -torch.rand(len(uid), T, generator=g)
+    tensors = {"token_level_rewards": rewards, "response_mask": mask, "old_log_probs": old,
+               "ref_log_prob": old + 0.05 * torch.randn(len(uid), T, generator=g)}
+    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": uid}), scores
+
+
 def reference_degenerate_rate(scores: torch.Tensor, uid: np.ndarray) -> float:
     """Groups whose rewards are all equal, counted with Python sets (independent of the monitor)."""
     by_uid: dict[str, set[float]] = {}
@@ -55,77 +82,103 @@ def reference_degenerate_rate(scores: torch.Tensor, uid: np.ndarray) -> float:
     return sum(len(v) == 1 for v in by_uid.values()) / len(by_uid)
 
 
-@pytest.mark.parametrize(
-    "name, kwargs, convention",
-    [
-        pytest.param("grpo", {}, "verl.grpo", id="grpo"),
-        pytest.param("grpo", {"norm_adv_by_std_in_grpo": False}, "verl.grpo_no_std", id="grpo-no-std"),
-        pytest.param("grpo_vectorized", {}, "verl.grpo_vectorized", id="grpo-vectorized"),
-        pytest.param("rloo", {}, "verl.rloo", id="rloo"),
-        pytest.param("rloo_vectorized", {}, "verl.rloo_vectorized", id="rloo-vectorized"),
-    ],
-)
-def test_healthy_shuffled_batch_passes(name, kwargs, convention, monitor):
-    """verl's own estimator on shuffled rows, grouped by uid: no breach, the right convention and degenerate rate."""
-    rewards, mask, uid, scores = shuffled_batch(constant={0: 1.0})
-    fn = core_algos.get_adv_estimator_fn(name)
-    adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=uid, **kwargs)
-    assert adv.shape == (len(uid), T)
-    report = monitor.end_step()
-    assert report.violations == []
-    assert report.metrics["grpo/groups/degenerate_rate"] == reference_degenerate_rate(scores, uid)
-    assert report.metrics["grpo/adv/convention_id"] == list(ESTIMATORS).index(convention)
-    assert report.metrics["grpo/tokens/valid"] == mask.sum().item()
 
 
-def test_module_attribute_is_wrapped_where_ray_trainer_calls_it(monitor):
-    """ray_trainer calls core_algos.compute_grpo_outcome_advantage for "grpo": that call is observed too."""
-    rewards, mask, uid, _ = shuffled_batch()
-    core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)
-    assert monitor.end_step().metrics["grpo/groups/total"] == 4
+ESTIMATOR_CASES = [
+    pytest.param("grpo", True, "verl.grpo", id="grpo"),
+    pytest.param("grpo", False, "verl.grpo_no_std", id="grpo-no-std"),
+    pytest.param("grpo_vectorized", True, "verl.grpo_vectorized", id="grpo-vectorized"),
+    pytest.param("grpo_passk", False, "verl.grpo_passk_no_std", id="grpo-passk-no-std"),
+    pytest.param("gpg", True, "verl.gpg", id="gpg"),
+    pytest.param("reinforce_plus_plus_baseline", True, "verl.reinforce_plus_plus_baseline", id="rpp-baseline"),
+    pytest.param("rloo", True, "verl.rloo", id="rloo"),
+    pytest.param("rloo_vectorized", True, "verl.rloo_vectorized", id="rloo-vectorized"),
+    pytest.param("grpo_passk", True, "verl.grpo_passk", id="grpo-passk"),
+]
 
 
-def test_constant_group_of_point_seven_warns_without_stopping(tmp_path):
+@pytest.mark.parametrize("name, by_std, entry", ESTIMATOR_CASES)
+def test_each_compute_advantage_call_is_one_checked_step(name, by_std, entry, attached):
+    """verl's dispatcher on a shuffled DataProto: one report per call, no breach, the declared entry, the exact
+    degenerate rate and the DataProto's valid tokens; no end_step() anywhere."""
+    att = attached()
+    for step in range(2):
+        data, scores = data_proto(seed=step, constant={0: 1.0})
+        out = ray_trainer.compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=by_std,
+                                            config=AlgoConfig(norm_adv_by_std_in_grpo=by_std))
+        assert out.batch["advantages"].shape == (len(scores), T)
+        report = att.reports[-1]
+        assert report.step == step and report.violations == []
+        assert report.metrics["grpo/groups/degenerate_rate"] == reference_degenerate_rate(
+            scores, data.non_tensor_batch["uid"])
+        assert report.metrics["grpo/adv/convention_id"] == list(ESTIMATORS).index(entry)
+        assert report.metrics["grpo/tokens/valid"] == data.batch["response_mask"].sum().item()
+    assert att.monitor.config.std_convention == entry and len(att.reports) == 2
+
+
+def test_grpo_vectorized_ignores_the_no_std_flag_and_says_so(attached):
+    """verl's grpo_vectorized divides by the std under compute_advantage even with norm_adv_by_std_in_grpo=False
+    (the dispatcher never passes the flag): checked as what it computes, with one warning, no false breach."""
+    att = attached()
+    data, _ = data_proto()
+    with pytest.warns(RuntimeWarning, match="norm_adv_by_std_in_grpo=False is ignored"):
+        out = ray_trainer.compute_advantage(data, adv_estimator="grpo_vectorized",
+                                            config=AlgoConfig(norm_adv_by_std_in_grpo=False))
+    assert att.reports[-1].violations == [] and att.monitor.config.std_convention == "verl.grpo_vectorized"
+    live = out.batch["advantages"][:, 0].abs().max()
+    assert live > 1.0  # divided by a std < 1 (binary rewards): not r - mean, whose |value| is < 1
+
+
+def test_constant_group_of_point_seven_warns_without_stopping(attached):
     """Eight rewards of 0.7: verl's float32 std is ~6e-8, epsilon 1e-6, so every advantage is ~0.056, not 0.
 
     That residue is verl's own float32 arithmetic (its stabilizer and the reward's ulp), 8% of a real
     group's weight: a warning naming the group, never a stop of a healthy default run.
     """
-    rewards, mask, uid, _ = shuffled_batch(constant={2: 0.7})
-    plain, _ = core_algos.compute_grpo_outcome_advantage(rewards, mask, uid)  # not attached: verl's own numbers
-    rows = torch.from_numpy(uid == "uid-2")
-    const_adv = plain[rows, 0]
-    assert torch.allclose(const_adv, const_adv[0]) and 0.04 < abs(float(const_adv[0])) < 0.07
-    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
-    gverl.attach(mon)
+    data, _ = data_proto(constant={2: 0.7})
+    plain = ray_trainer.compute_advantage(data, adv_estimator="grpo").batch["advantages"]  # not attached yet
+    rows = torch.from_numpy(data.non_tensor_batch["uid"] == "uid-2")
+    assert 0.04 < abs(float(plain[rows, 0][0])) < 0.07
+    att = attached(config=MonitorConfig())
+    with pytest.warns(RuntimeWarning, match="float32 residue"):
+        ray_trainer.compute_advantage(data, adv_estimator="grpo")
+    (violation,) = [v for v in att.reports[-1].violations if v.invariant == "degenerate_zero"]
+    assert violation.groups == ("uid-2",) and violation.severity == "warning" and not att.reports[-1].failed
+
+
+def _shifted(token_level_rewards, response_mask, index, config=None, **kwargs):
+    """A user's estimator that forgets to centre (adds 0.1 to verl's GRPO advantages)."""
+    adv, ret = core_algos.compute_grpo_outcome_advantage(token_level_rewards, response_mask, index)
+    return adv + 0.1 * response_mask, ret
+
+
+def test_an_estimator_registered_after_attach_is_checked_when_declared(attached, tmp_path):
+    """A registry entry added after attach(), declared verl.grpo by the user: the breach raises out of
+    compute_advantage (before update_actor could use the batch)."""
+    att = attached(config=MonitorConfig(std_convention="verl.grpo", repro_dir=str(tmp_path)))
+    core_algos.register_adv_est("grpo_monitor_test_shifted")(_shifted)
     try:
-        with pytest.warns(RuntimeWarning, match="float32 residue"):
-            core_algos.get_adv_estimator_fn("grpo")(token_level_rewards=rewards, response_mask=mask, index=uid)
-        report = mon.end_step()
-    finally:
-        gverl.detach()
-    (violation,) = [v for v in report.violations if v.invariant == "degenerate_zero"]
-    assert violation.groups == ("uid-2",) and violation.severity == "warning" and not report.failed
-
-
-def test_a_broken_custom_estimator_is_caught(tmp_path):
-    """A registered estimator that forgets to centre (adds 0.1) breaks zero_group_mean."""
-
-    def shifted(token_level_rewards, response_mask, index, config=None, **kwargs):
-        adv, ret = core_algos.compute_grpo_outcome_advantage(token_level_rewards, response_mask, index)
-        return adv + 0.1 * response_mask, ret
-
-    core_algos.register_adv_est("grpo_monitor_test_shifted")(shifted)
-    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
-    try:
-        gverl.attach(mon, estimators=("grpo_monitor_test_shifted",), kl=False)
-        rewards, mask, uid, _ = shuffled_batch()
+        data, _ = data_proto()
         with pytest.raises(InvariantViolation, match="zero_group_mean"):
-            core_algos.get_adv_estimator_fn("grpo_monitor_test_shifted")(
-                token_level_rewards=rewards, response_mask=mask, index=uid)
+            ray_trainer.compute_advantage(data, adv_estimator="grpo_monitor_test_shifted", config=AlgoConfig())
     finally:
-        gverl.detach()
         core_algos.ADV_ESTIMATOR_REGISTRY.pop("grpo_monitor_test_shifted")
+    assert att.monitor.closed
+
+
+def test_an_undeclared_unknown_estimator_observes_rewards_only(attached, tmp_path):
+    """Without a declaration, an estimator with no registry entry gets one warning and rewards/groups only."""
+    att = attached(config=MonitorConfig(repro_dir=str(tmp_path)))
+    core_algos.register_adv_est("grpo_monitor_test_shifted")(_shifted)
+    try:
+        data, scores = data_proto()
+        with pytest.warns(RuntimeWarning, match="'grpo_monitor_test_shifted' has no registry entry"):
+            ray_trainer.compute_advantage(data, adv_estimator="grpo_monitor_test_shifted", config=AlgoConfig())
+    finally:
+        core_algos.ADV_ESTIMATOR_REGISTRY.pop("grpo_monitor_test_shifted")
+    report = att.reports[-1]
+    assert report.violations == [] and "grpo/adv/convention_id" not in report.metrics
+    assert report.metrics["grpo/groups/total"] == 4
 
 
 def _logprobs(seed: int = 1, b: int = 6):
@@ -167,36 +220,6 @@ def test_kl_mask_context_and_missing_mask(monitor):
     assert "grpo/tokens/valid" not in monitor.end_step().metrics
 
 
-def test_detach_restores_the_originals_exactly():
-    """After attach() + detach(), every module attribute and registry entry is the original object again."""
-    names = ("compute_grpo_outcome_advantage", "compute_rloo_outcome_advantage", "kl_penalty", "kl_penalty_forward")
-    before = {n: getattr(core_algos, n) for n in names}
-    registry = dict(core_algos.ADV_ESTIMATOR_REGISTRY)
-    copies = (verl_losses.kl_penalty, distill_losses.kl_penalty)
-    gverl.attach(GRPOMonitor(MonitorConfig(group_size=G)))
-    assert core_algos.compute_grpo_outcome_advantage is not before["compute_grpo_outcome_advantage"]
-    assert core_algos.ADV_ESTIMATOR_REGISTRY["grpo"] is core_algos.compute_grpo_outcome_advantage
-    assert verl_losses.kl_penalty is core_algos.kl_penalty is not before["kl_penalty"]
-    gverl.detach()
-    assert {n: getattr(core_algos, n) for n in names} == before
-    assert all(core_algos.ADV_ESTIMATOR_REGISTRY[k] is v for k, v in registry.items())
-    assert (verl_losses.kl_penalty, distill_losses.kl_penalty) == copies
-    assert gverl.attached() is None
-
-
-def test_attach_errors_are_worded():
-    """Attaching twice, or naming an unknown estimator, raises a message that says what to do."""
-    mon = GRPOMonitor(MonitorConfig(group_size=G))
-    with pytest.raises(ValueError, match=r"not in verl's ADV_ESTIMATOR_REGISTRY"):
-        gverl.attach(mon, estimators=("no_such_estimator",))
-    gverl.attach(mon)
-    try:
-        with pytest.raises(RuntimeError, match="already attached; call detach"):
-            gverl.attach(mon)
-    finally:
-        gverl.detach()
-
-
 def _buggy(name: str, divide: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable:
     """A verl estimator function named ``name`` whose division by the group std is ``divide(centred, std)``."""
 
@@ -214,26 +237,75 @@ def _buggy(name: str, divide: Callable[[torch.Tensor, torch.Tensor], torch.Tenso
 
 
 SWAPS = [
-    pytest.param("grpo", "compute_grpo_outcome_advantage", {}, lambda c, s: c / (s > 0).float().clamp(min=1),
+    pytest.param("compute_grpo_outcome_advantage", "grpo", True, lambda c, s: c / (s > 0).float().clamp(min=1),
                  id="walrus-divides-by-True"),
-    pytest.param("grpo_vectorized", "compute_grpo_vectorized_outcome_advantage", {"norm_adv_by_std_in_grpo": False},
-                 lambda c, s: c / (s + 1e-6), id="vectorized-ignores-no-std"),
+    pytest.param("grpo_vectorized", "grpo_vectorized", True, lambda c, s: c / (s * (7 / 8) ** 0.5),
+                 id="vectorized-population-std"),
 ]
 
 
-@pytest.mark.parametrize("slot, fname, kwargs, divide", SWAPS)
-def test_a_branch_computing_another_valid_convention_is_an_error(slot, fname, kwargs, divide, monkeypatch, tmp_path):
+@pytest.mark.parametrize("slot, name, by_std, divide", SWAPS)
+def test_a_branch_computing_another_valid_convention_is_an_error(slot, name, by_std, divide, monkeypatch, attached):
     """The attach declares what verl was asked for, so a branch that computes another (valid) convention
-    raises InvariantViolation instead of matching "auto" silently."""
-    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, slot, _buggy(fname, divide))
-    rewards, mask, uid, _ = shuffled_batch()
-    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
-    gverl.attach(mon, estimators=(slot,))
+    raises InvariantViolation out of compute_advantage instead of matching "auto" silently."""
+    buggy = _buggy(slot, divide)
+    if slot in core_algos.ADV_ESTIMATOR_REGISTRY:
+        monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, slot, buggy)
+    else:  # "grpo": compute_advantage calls the module attribute
+        monkeypatch.setattr(core_algos, slot, buggy)
+    attached()
+    data, _ = data_proto()
+    with pytest.raises(InvariantViolation, match="convention"):
+        ray_trainer.compute_advantage(data, adv_estimator=name, norm_adv_by_std_in_grpo=by_std,
+                                      config=AlgoConfig(norm_adv_by_std_in_grpo=by_std))
+
+
+def test_detach_restores_the_originals_exactly():
+    """After attach() + detach(), the dispatcher, the KL functions and their copies are the original objects."""
+    names = ("kl_penalty", "kl_penalty_forward")
+    before = {n: getattr(core_algos, n) for n in names}
+    dispatcher, copies = ray_trainer.compute_advantage, (verl_losses.kl_penalty, distill_losses.kl_penalty)
+    gverl.attach(sinks=None)
+    assert ray_trainer.compute_advantage is not dispatcher
+    assert verl_losses.kl_penalty is core_algos.kl_penalty is not before["kl_penalty"]
+    gverl.detach()
+    assert {n: getattr(core_algos, n) for n in names} == before
+    assert ray_trainer.compute_advantage is dispatcher
+    assert (verl_losses.kl_penalty, distill_losses.kl_penalty) == copies
+    assert gverl.attached() is None
+
+
+def test_attach_errors_are_worded():
+    """Attaching twice, or passing both a monitor and a config, raises a message that says what to do."""
+    with pytest.raises(ValueError, match="pass monitor or config, not both"):
+        gverl.attach(GRPOMonitor(), config=MonitorConfig())
+    gverl.attach(sinks=None)
     try:
-        with pytest.raises(InvariantViolation, match="convention"):
-            core_algos.get_adv_estimator_fn(slot)(token_level_rewards=rewards, response_mask=mask, index=uid, **kwargs)
+        with pytest.raises(RuntimeError, match="already attached; call detach"):
+            gverl.attach(sinks=None)
     finally:
         gverl.detach()
+
+
+def test_sinks_auto_follows_trainer_logger(attached, tmp_path, capfd):
+    """sinks="auto" reads trainer.logger of the calling trainer: ["console"] leaves no sink, so the monitor's log
+    goes to <trainer.default_local_dir>/grpo-monitor/monitor.jsonl, printed."""
+    from omegaconf import OmegaConf
+
+    from grpo_monitor.sinks import read_jsonl
+
+    class Trainer:  # the part of RayPPOTrainer that compute_advantage's caller exposes: self.config
+        config = OmegaConf.create({"trainer": {"logger": ["console"], "default_local_dir": str(tmp_path / "ckpt")}})
+
+        def fit(self, data):
+            return ray_trainer.compute_advantage(data, adv_estimator="grpo")
+
+    att = attached(sinks="auto")
+    Trainer().fit(data_proto()[0])
+    path = tmp_path / "ckpt" / "grpo-monitor" / "monitor.jsonl"
+    assert str(path.resolve()) in capfd.readouterr().err
+    att.monitor.close()
+    assert [r["step"] for r in read_jsonl(path)] == [0]
 
 
 @pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
@@ -244,10 +316,10 @@ def test_loss_agg_mode_declared_and_driver_weights_derived(mode, tmp_path):
 
     actor = OmegaConf.create({"loss_agg_mode": mode, "loss_scale_factor": None})
     mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path), strict=True, **gverl.loss_config(actor)))
-    gverl.attach(mon)
+    gverl.attach(mon, step_per_call=False, sinks=None)
     try:
-        rewards, mask, uid, scores = shuffled_batch(constant={0: 1.0})
-        core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)
+        data, _ = data_proto(constant={0: 1.0})
+        adv = ray_trainer.compute_advantage(data, adv_estimator="grpo").batch["advantages"]
         report = mon.end_step()
     finally:
         gverl.detach()
@@ -258,8 +330,7 @@ def test_loss_agg_mode_declared_and_driver_weights_derived(mode, tmp_path):
     assert m["grpo/weights/aggregation_id"] == AGGREGATIONS[resolve(mode)[0]].index
     assert m["grpo/weights/degenerate_share"] == 0.0
     # derived: each response weighs |A| x L / D(L); the longest quarter's share from the mask directly
-    lengths = mask.sum(-1).double()
-    adv = core_algos.compute_grpo_outcome_advantage(token_level_rewards=rewards, response_mask=mask, index=uid)[0]
+    lengths = data.batch["response_mask"].sum(-1).double()
     row_adv = adv[:, 0].double().abs()
     per_row = row_adv * (torch.ones_like(lengths) if mode == "seq-mean-token-mean" else lengths)
     top = torch.argsort(-lengths, stable=True)[: len(lengths) // 4]

@@ -11,17 +11,18 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_import_and_construct_without_backends(tmp_path):
-    """`from grpo_monitor.sinks import ...` and constructing every sink import no wandb/tensorboard/rich."""
+    """Importing grpo_monitor and the sinks, and constructing every sink, import no tracker nor rich."""
     code = textwrap.dedent(
         f"""
         import sys
-        from grpo_monitor.sinks import (ConsoleSink, JSONLSink, SinkSet, TensorBoardSink,
-                                        WandbSink, read_jsonl, read_wandb_records, build_workspace)
+        import grpo_monitor
+        from grpo_monitor.sinks import (ConsoleSink, JSONLSink, MLflowSink, SinkSet, TensorBoardSink,
+                                        TrackioSink, WandbSink, read_jsonl, read_wandb_records, build_workspace)
         d = {str(tmp_path)!r}
         SinkSet([JSONLSink(d + "/a/s.jsonl"), TensorBoardSink(d + "/tb"), WandbSink(project="p"),
-                 ConsoleSink()])
+                 ConsoleSink(), TrackioSink(project="p"), MLflowSink(experiment_name="e")])
         heavy = sorted({{m.split(".")[0] for m in sys.modules}}
-                       & {{"wandb", "tensorboard", "rich", "wandb_workspaces"}})
+                       & {{"wandb", "tensorboard", "rich", "wandb_workspaces", "trackio", "mlflow"}})
         print(heavy)
         """
     )

@@ -1,0 +1,160 @@
+"""Trackio (TRL's recommended tracker): one log entry per step, histograms, tables, alerts, run config.
+
+Trackio's current run is a context variable of the thread that called ``trackio.init``
+(TRL's ``TrackioCallback``, verl's ``Tracking``), and this sink runs in a thread of its
+own: :meth:`TrackioSink.capture` reads that run in the training thread, so the monitor's
+``grpo/*`` keys land in the trainer's run, not in a second one. trackio is imported only
+when a run is opened or a value built; ``capture`` looks only at a trackio already imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ..report import StepReport
+from .base import Sink
+from .layout import STEP_KEY
+from .wandb_sink import QUESTION_COLUMNS
+
+_LEVELS = {"INFO": "INFO", "WARN": "WARN", "WARNING": "WARN", "ERROR": "ERROR"}
+
+
+def _require_trackio() -> None:
+    if importlib.util.find_spec("trackio") is None:
+        raise ModuleNotFoundError(
+            "TrackioSink needs the `trackio` package; install it with `pip install grpo-monitor[trackio]`"
+        )
+
+
+class TrackioSink(Sink):
+    """Logs each report as one Trackio entry on the monitor's step (and ``grpo/step``).
+
+    With ``run`` given, logs into it; else, when ``attach_to_active_run``, into the run
+    current in the training thread (see :meth:`capture`); else ``trackio.init(**init_kwargs)``
+    on first use (``project`` defaults to ``"grpo-monitor"``). Histograms go out as
+    ``trackio.Histogram``, the per-question table as ``trackio.Table`` every ``table_every``
+    steps and on the failing step, each violation as ``run.alert`` (ERROR when the step
+    ends the run, WARN otherwise), the run configuration into ``run.config``.
+    ``finish(failed=True)`` raises an ERROR alert "run failed" (Trackio has no run status)
+    and finishes a run this sink opened; ``finish()`` finishes only a run it opened.
+    """
+
+    name = "trackio"
+
+    def __init__(self, run: Any = None, *, attach_to_active_run: bool = True, table_every: int = 10,
+                 step_key: str = STEP_KEY, **init_kwargs: Any):
+        if not isinstance(table_every, int) or table_every < 1:
+            raise ValueError(f"Expected argument `table_every` to be an int >= 1 but got {table_every!r}")
+        self.given_run = run
+        self.attach_to_active_run = attach_to_active_run
+        self.table_every = table_every
+        self.step_key = step_key
+        self.init_kwargs = {"project": "grpo-monitor", **init_kwargs}
+        self._run = run
+        self._owns_run = False
+        self._last_table_step: int | None = None
+        self._params: dict[str, Any] | None = None  # the run configuration, for a run opened or attached later
+
+    def capture(self) -> None:
+        """In the training thread: the trainer's current Trackio run, when trackio is loaded and one is current."""
+        trackio = sys.modules.get("trackio")
+        if self._run is None and self.attach_to_active_run and trackio is not None:
+            self._run = trackio.context_vars.current_run.get()
+
+    @property
+    def run(self) -> Any:
+        """The ``trackio.Run`` written to (captured, given, or opened on first access)."""
+        if self._run is None:
+            _require_trackio()
+            import trackio
+
+            kwargs = dict(self.init_kwargs)
+            kwargs["config"] = {**(kwargs.get("config") or {}), **(self._params or {})}
+            self._run, self._owns_run = trackio.init(**kwargs), True
+        return self._run
+
+    @staticmethod
+    def _histogram(values: Sequence[float]) -> Any:
+        import trackio
+
+        finite = [float(v) for v in values if math.isfinite(float(v))]
+        return trackio.Histogram(finite) if finite else None
+
+    @staticmethod
+    def _table(rows: list[dict[str, Any]]) -> Any:
+        import trackio
+
+        extra = [k for row in rows for k in row if k not in QUESTION_COLUMNS]
+        columns = [c for c in QUESTION_COLUMNS if any(c in row for row in rows)] + list(dict.fromkeys(extra))
+        return trackio.Table(columns=columns, data=[[_cell(row.get(c)) for c in columns] for row in rows])
+
+    def _table_due(self, report: StepReport) -> bool:
+        last = self._last_table_step
+        return report.failed or last is None or report.step - last >= self.table_every
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        self.run.log({self.step_key: step, **{k: float(v) for k, v in metrics.items()}}, step=step)
+
+    def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
+        histogram = self._histogram(values)
+        if histogram is not None:
+            self.run.log({self.step_key: step, key: histogram}, step=step)
+
+    def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
+        self.run.log({self.step_key: step, key: self._table(rows)}, step=step)
+
+    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
+        if level.upper() not in _LEVELS:
+            raise ValueError(f"Expected argument `level` to be one of INFO, WARN, ERROR but got {level!r}")
+        import trackio
+
+        self.run.alert(title=title, text=text, level=trackio.AlertLevel[_LEVELS[level.upper()]])
+
+    def log_config(self, params: dict[str, Any]) -> None:
+        """The run parameters into ``run.config``: ``trackio.init(config=...)`` of a run opened here; merged
+        into the config of a run attached to, which is then re-sent with each of this sink's entries."""
+        self._params = dict(params)
+        if self._run is not None:
+            self._run.config.update(params)
+
+    def _resend_config(self) -> None:
+        """Trackio 0.4x stores a run's config from the first entry of a batch that carries one, and the
+        trainer's first entry carries its own: re-send the merged config with this sink's entries."""
+        if self._params and not self._owns_run and getattr(self._run, "_config_logged", False):
+            self._run._config_logged = False
+
+    def log_report(self, report: StepReport) -> None:
+        """One entry with the scalars, histograms and (when due) tables of the step; an alert per violation."""
+        row: dict[str, Any] = {self.step_key: report.step, **{k: float(v) for k, v in report.metrics.items()}}
+        for key, values in report.histograms.items():
+            histogram = self._histogram(values)
+            if histogram is not None:
+                row[key] = histogram
+        if report.tables and self._table_due(report):
+            row.update({key: self._table(rows) for key, rows in report.tables.items()})
+            self._last_table_step = report.step
+        self._resend_config()
+        self.run.log(row, step=report.step)
+        for v in report.violations:
+            self.alert(f"grpo-monitor: '{v.invariant}' broken", v.message(), "ERROR" if report.failed else "WARN")
+
+    def finish(self, failed: bool = False) -> None:
+        run, owned = self._run, self._owns_run
+        self._run, self._owns_run, self._last_table_step, self._params = self.given_run, False, None, None
+        if run is None:
+            return
+        if failed:
+            import trackio
+
+            run.alert(title="grpo-monitor: run failed", text="an invariant breach ended the run",
+                      level=trackio.AlertLevel.ERROR)
+        if owned:
+            run.finish()
+
+
+def _cell(value: Any) -> Any:
+    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
