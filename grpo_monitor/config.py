@@ -36,7 +36,9 @@ class Tolerances(BaseModel):
     )
     max_stabilizer_ratio: float = Field(
         0.05, ge=0, description="largest plausible stabilizer, as a fraction of the mean reward std of live groups "
-        "(used only when population and Bessel both fit)"
+        "(a replayed estimator's fitted epsilon above it is not a fit; on the device it decides population "
+        "against Bessel when both fit, and otherwise a common epsilon across groups of different stds is "
+        "identified whatever its size)"
     )
     token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
     on_policy: float = Field(
@@ -61,9 +63,9 @@ class Tolerances(BaseModel):
 
 
 def _known(name: str) -> bool:
-    from .estimators.registry import ESTIMATORS
+    from .estimators.registry import known
 
-    return name == "auto" or name in ESTIMATORS
+    return name == "auto" or known(name)
 
 
 class MonitorConfig(BaseModel):
@@ -84,7 +86,9 @@ class MonitorConfig(BaseModel):
     group_size: int | None = Field(None, ge=2, description="responses per prompt, when fixed")
     std_convention: str = Field(
         "auto", description="the advantage estimator the trainer uses: a name of grpo_monitor.ESTIMATORS "
-        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...) or 'auto'",
+        "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...), 'auto', "
+        "or your own: a function rewards (B, G) -> advantages (B, G) (declared with "
+        "grpo_monitor.estimators.custom, kept here by its name) or the name it was declared under",
     )
     stabilizer: float | None = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
     on_violation: Policy = "raise"
@@ -191,6 +195,21 @@ class MonitorConfig(BaseModel):
         unknown = sorted(set(value) - set(INVARIANTS))
         if unknown:
             raise ValueError(f"unknown invariant(s) {unknown}; expected names from {sorted(INVARIANTS)}")
+        return value
+
+    @field_validator("std_convention", mode="before")
+    @classmethod
+    def _estimator_name(cls, value: Any) -> Any:
+        """A function or an Estimator record becomes its name (a function is declared with ``custom``)."""
+        from .estimators.base import Estimator
+        from .estimators.custom import CUSTOM, custom
+
+        if isinstance(value, Estimator):
+            if value.name not in CUSTOM and value.id is not None and value.id < 0:
+                CUSTOM[value.name] = value
+            return value.name
+        if callable(value):
+            return custom(value).name
         return value
 
     @field_validator("std_convention")

@@ -88,14 +88,17 @@ class GRPOMonitor:
     # ----------------------------------------------------------------- observe
     @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
-                        lengths: Any = None, truncated: Any = None) -> None:
+                        lengths: Any = None, truncated: Any = None, reward_components: Any = None,
+                        reward_weights: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
         ``lengths`` (token counts per row, optional) lets the check replay estimators that
         whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
         lengths of rows above and below their group's mean reward. ``truncated`` (bool per
         row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
-        when that is set) gives ``grpo/rows/truncated_rate``. An empty batch
+        when that is set) gives ``grpo/rows/truncated_rate``. ``reward_components`` ``(B, G, K)`` (one column per reward
+        function) and ``reward_weights`` ``(K,)`` let it replay multi-reward estimators
+        (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward per row. An empty batch
         (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
@@ -103,6 +106,8 @@ class GRPOMonitor:
         adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
         tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
         questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+        comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
+                          if reward_components is not None else (None, None))
         cut = inputs.truncation_rows(truncated, tokens, self.config.max_response_length, layout)
         if layout.rewards.numel() == 0:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
@@ -110,7 +115,8 @@ class GRPOMonitor:
             return
         vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances,
                                     self.config.group_size, tokens, cut)
-        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens)
+        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
+                               weights)
         self._acc.add_rollout(vec, record)
         self._weights.set_reference(layout.gid, detail.stats.degenerate, questions or layout.labels)
         if not self.config.defer_checks:

@@ -255,8 +255,12 @@ class TRLHooks:
         cut, lengths = self._truncation(out)
         if tr.accelerator.num_processes > 1:
             cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
+        components = {}
+        if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay
+            components = dict(reward_components=rpf.to(rewards.device),
+                              reward_weights=tr.reward_weights.detach().to(rewards.device))
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)),
-                                     lengths=lengths, truncated=cut)
+                                     lengths=lengths, truncated=cut, **components)
 
     def _truncation(self, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """TRL's own test (``is_truncated``: a row whose last completion id is neither EOS nor pad, i.e. cut

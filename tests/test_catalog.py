@@ -115,7 +115,11 @@ def breach_run() -> list[StepReport]:
         mask, lp = torch.tensor([[1.0, 1, 0], [1, 1, 1]]), torch.zeros(2, 3, requires_grad=True)
         seq_mean = -((torch.tensor([[1.0], [-1.0]]) * lp * mask).sum(-1) / mask.sum(-1)).mean()
         weights.observe_loss(mask=mask, advantages=torch.tensor([1.0, -1.0]), logprobs=lp, loss=seq_mean)
-        return reports + [passk.end_step(), weights.end_step()]  # a per-row mean declared token_mean
+        unknown = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn"))
+        r3 = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1]])
+        scale = torch.tensor([[1.0], [2.0], [3.0]])  # one positive scale per group, no rule: an unknown estimator
+        unknown.observe_rollout(r3, advantages=scale * (r3 - r3.mean(1, keepdim=True)))
+        return reports + [passk.end_step(), weights.end_step(), unknown.end_step()]  # weights: a row mean as token_mean
 
 
 def _demo(tmp_path_factory, name: str, bug: str | None = None, **config) -> list[dict]:

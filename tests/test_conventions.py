@@ -141,14 +141,19 @@ def test_auto_flags_a_change_between_steps(make_monitor, recording_sink):
     assert report.convention == "bessel"
 
 
-def test_auto_flags_when_no_convention_fits(make_monitor):
-    """A random positive scale per group (affine, zero-mean, but no common rule) fits no convention."""
+def test_auto_warns_when_no_convention_fits_but_the_universal_invariants_hold(make_monitor):
+    """A random positive scale per group (affine, zero-mean, but no common rule) fits no convention: under
+    "auto" an unknown_estimator warning naming how to declare it (the run goes on); declared, an error."""
     r = binary_rewards(9)
     k = torch.rand(64, 1, generator=torch.Generator().manual_seed(1)) + 0.5
+    with pytest.warns(RuntimeWarning, match="unknown_estimator"):
+        report = run_step(make_monitor(), r, k * advantages(r, "none"))
+    assert [(v.invariant, v.severity) for v in report.violations] == [("unknown_estimator", "warning")]
+    assert "custom(fn" in report.violations[0].observed and report.convention is None
+    assert report.metrics["grpo/adv/convention_id"] == -1
     with pytest.raises(InvariantViolation) as info:
-        run_step(make_monitor(), r, k * advantages(r, "none"))
+        run_step(make_monitor(std_convention="population"), r, k * advantages(r, "none"))
     assert [v.invariant for v in info.value.violations] == ["convention"]
-    assert "no convention fits" in info.value.violations[0].observed
 
 
 def test_ambiguous_first_step_then_disambiguated(make_monitor):

@@ -121,7 +121,7 @@ def test_auto_names_a_framework_default_and_reports_it(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["declared-no-lengths", "declared-with-lengths", "auto-with-lengths"])
-@pytest.mark.parametrize("name", [n for n, e in ESTIMATORS.items() if e.token_weighted])
+@pytest.mark.parametrize("name", [n for n, e in ESTIMATORS.items() if e.token_weighted and not e.multi_reward])
 def test_token_whitening_with_unequal_lengths_is_quiet(name, how):
     """Whitening over tokens of unequal rows shifts every advantage by one offset: declared, the replay
     fits that offset and scale (or uses the token counts); under "auto" the token counts pin it."""
@@ -134,11 +134,25 @@ def test_token_whitening_with_unequal_lengths_is_quiet(name, how):
     assert not found, [v.message() for v in found]
 
 
-def test_a_uniform_shift_is_not_mistaken_for_token_whitening_under_auto(tmp_path):
-    """Every advantage + 0.1 (a forgotten centring) looks like token whitening with unknown lengths;
-    "auto" does not fit that offset freely, so the shift stays a zero_group_mean error."""
-    r = _rewards("binary", seed=4)
-    a = _advantages("bessel", r) + 0.1
+def test_a_forgotten_centring_is_not_mistaken_for_token_whitening_under_auto(tmp_path):
+    """Without lengths "auto" recognises token whitening as one global affine map of the group step; a
+    forgotten centring (r / std_g: a per-group offset) is no such map and stays a zero_group_mean error."""
+    r = _rewards("binary", seed=4).reshape(B, G)
+    a = (r / (r.std(1, ddof=1, keepdims=True) + 1e-4)).reshape(-1)
     mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
     with pytest.raises(InvariantViolation, match="zero_group_mean"):
-        mon.observe_rollout(torch.from_numpy(r), advantages=torch.from_numpy(a))
+        mon.observe_rollout(torch.from_numpy(r.reshape(-1)), advantages=torch.from_numpy(a))
+
+
+@pytest.mark.parametrize("with_lengths", [False, True], ids=["no-lengths", "with-lengths"])
+def test_a_uniform_shift_is_not_mistaken_for_token_whitening_under_auto(tmp_path, with_lengths):
+    """Every advantage + 0.1 (an added term): whitening explains a global shift only with a scale that is the
+    tokens' std, never exactly 1, so the shift stays a zero_group_mean error; with token counts the replay
+    pins the shift too."""
+    r = _rewards("binary", seed=4)
+    a = _advantages("bessel", r) + 0.1
+    lengths = torch.from_numpy(np.random.default_rng(2).integers(20, 400, size=B * G).astype(np.float64))
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
+    with pytest.raises(InvariantViolation, match="zero_group_mean"):
+        mon.observe_rollout(torch.from_numpy(r), advantages=torch.from_numpy(a),
+                            lengths=lengths if with_lengths else None)

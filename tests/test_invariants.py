@@ -193,14 +193,19 @@ def test_nemo_rl_leave_one_out_with_normalization_has_per_row_denominators(make_
     """Finding: NeMo-RL with leave_one_out_baseline=True AND normalize_rewards divides each row by the std
     of the *other* rows (per-row denominators). With continuous rewards the advantages are then not affine
     in the rewards within a group; with binary rewards (two values: any map is affine) the per-row scales
-    leave a nonzero group mean. Either way it is flagged. With leave_one_out_baseline=False the same code
+    leave a nonzero group mean. Either way it is flagged where z-scores are declared; under "auto" it is
+    an estimator the registry does not know (nemo_rl.grpo takes the Bessel std of the others) that keeps
+    the universal invariants: an unknown_estimator warning. With leave_one_out_baseline=False the same code
     computes population z-scores with no stabilizer and passes (test_correct_trainer_computations_pass)."""
     B, G = 48, 8
     r = (binary_batch(3, B, G) if rewards_kind == "binary" else continuous_batch(3, B, G)).reshape(-1)
     prompts = torch.arange(B).repeat_interleave(G)
-    found = breaches(make_monitor, r, nemo_rl(r, prompts, True, True), group_ids=prompts)
+    adv = nemo_rl(r, prompts, True, True)
+    found = breaches(make_monitor, r, adv, group_ids=prompts, std_convention="population")
     assert invariant in found
     assert "per-row denominators" in found[invariant].hint
+    auto = breaches(make_monitor, r, adv, group_ids=prompts)  # sane but unknown (std of the others, ddof 0)
+    assert list(auto) == ["unknown_estimator"] and auto["unknown_estimator"].severity == "warning"
 
 
 @pytest.mark.parametrize("correction", [1, 0], ids=["bessel", "population"])
@@ -296,10 +301,13 @@ def test_zero_group_mean_fires_on_the_wrong_axis(make_monitor):
 
 
 def test_zero_group_mean_fires_on_a_batch_baseline(make_monitor):
-    """Invariant 4: one batch-wide baseline instead of per-group means."""
+    """Invariant 4: one batch-wide baseline where per-group means are declared. Under "auto" it is ROLL's
+    shipped batch-mean estimator (norm_mean_type='batch', norm_std_type='batch') and is named, not flagged."""
     r = binary_batch(12)
-    found = breaches(make_monitor, r, (r - r.mean()) / (r.std() + 1e-4))
-    assert "zero_group_mean" in found
+    a = (r - r.mean()) / (r.std() + 1e-4)
+    assert "zero_group_mean" in breaches(make_monitor, r, a, std_convention="trl.group")
+    report = check(make_monitor, r, a, on_violation="ignore")
+    assert report.violations == [] and report.convention == "roll.batch_norm"
 
 
 def test_affine_fires_on_rows_misaligned_after_a_shuffle(make_monitor):
@@ -335,17 +343,22 @@ def test_affine_fires_on_contiguous_view_over_interleaved_rows(make_monitor):
                          [("continuous", "affine_in_rewards"), ("binary", "zero_group_mean")])
 def test_leave_one_out_std_with_tiny_epsilon_is_flagged(make_monitor, rewards_kind, invariant):
     """Invariants 4/5: a leave-one-out std + 1e-6 per row gives per-row denominators (and ~1e6 advantages
-    where the other rows are all equal); binary rewards show it as a nonzero group mean."""
+    where the other rows are all equal); binary rewards show it as a nonzero group mean, an error even under
+    "auto" (the blow-up breaks the universal bound). With continuous rewards nothing blows up: declared
+    z-scores flag the per-row denominators; "auto" warns of an unknown estimator."""
     B, G = 16, 4
     r = binary_batch(16, B, G) if rewards_kind == "binary" else continuous_batch(16, B, G)
     loo_mean = (r.sum(1, keepdim=True) - r) / (G - 1)
     loo_sq = ((r * r).sum(1, keepdim=True) - r * r) / (G - 1)
     loo_std = (loo_sq - loo_mean**2).clamp(min=0).sqrt()
     a = (r - loo_mean) / (loo_std + 1e-6)
-    found = breaches(make_monitor, r, a)
-    assert invariant in found
+    declared = {"std_convention": "population"} if rewards_kind == "continuous" else {}
+    found = breaches(make_monitor, r, a, **declared)
+    assert invariant in found and found[invariant].severity == "error"
     if rewards_kind == "binary":
         assert float(a.abs().max()) > 1e5
+    else:
+        assert list(breaches(make_monitor, r, a)) == ["unknown_estimator"]
 
 
 def test_degenerate_zero_fires_on_the_float32_hazard(make_monitor):

@@ -24,7 +24,9 @@ from .. import theory
 from ..config import MonitorConfig
 from ..monitor import GRPOMonitor
 
-AdvantageFn = Callable[[torch.Tensor], Any]
+AdvantageFn = Callable[..., Any]
+#: ``rewards (B, G) -> token counts (B, G)``: the audit's ``--lengths``.
+LengthsFn = Callable[[torch.Tensor], Any]
 #: The precisions every probe is run in: float64, and float32 as trainers compute.
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 #: Probes whose reward scale is 1: the convention is judged on these.
@@ -142,8 +144,13 @@ def call(fn: AdvantageFn, rewards: torch.Tensor) -> torch.Tensor:
     return out.detach()
 
 
-def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int) -> tuple[ProbeResult, torch.Tensor | None]:
-    """One probe in one dtype: the function's advantages (or None) through a fresh monitor (policy 'ignore')."""
+def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int, lengths: LengthsFn | None = None
+              ) -> tuple[ProbeResult, torch.Tensor | None]:
+    """One probe in one dtype: the function's advantages (or None) through a fresh monitor (policy 'ignore').
+
+    ``lengths`` (``rewards (B, G) -> token counts (B, G)``) gives the monitor the token counts the
+    function was called with (see :func:`with_lengths`), as the live API's ``lengths=`` does.
+    """
     result = ProbeResult(probe.name, probe.description, dtype)
     rewards = probe.rewards.to(DTYPES[dtype])
     try:
@@ -151,7 +158,7 @@ def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int) -> tuple[ProbeR
     except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way
         result.error, result.contract = _worded(exc), isinstance(exc, ContractError)
         return result, None
-    report = monitor_report(rewards, adv, G)
+    report = monitor_report(rewards, adv, G, token_counts(lengths, rewards))
     result.convention = report.convention
     result.stabilizer = report.metrics.get("grpo/adv/stabilizer")
     for v in report.violations:
@@ -169,11 +176,34 @@ def finding(probe: str, dtype: str, invariant: str, observed: str, expected: str
             "expected": expected, "hint": hint, "example": example}
 
 
-def monitor_report(rewards: torch.Tensor, advantages: torch.Tensor, G: int):
+def monitor_report(rewards: torch.Tensor, advantages: torch.Tensor, G: int, lengths: torch.Tensor | None = None):
     """The report of one step of a fresh monitor (policy 'ignore') on ``rewards`` and ``advantages``."""
     mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="ignore", strict=True))
-    mon.observe_rollout(rewards, advantages=advantages)
+    mon.observe_rollout(rewards, advantages=advantages, lengths=lengths)
     return mon.end_step()
+
+
+def token_counts(lengths: LengthsFn | None, rewards: torch.Tensor) -> torch.Tensor | None:
+    """``lengths(rewards)`` as float64 token counts ``(B, G)`` (None without ``lengths``), or a ContractError."""
+    if lengths is None:
+        return None
+    out = lengths(rewards.clone())
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != tuple(rewards.shape):
+        raise ContractError(f"the lengths function returned {type(out).__name__} "
+                            f"{tuple(getattr(out, 'shape', ()))} for rewards of shape {tuple(rewards.shape)}; "
+                            "return token counts of the rewards' shape")
+    return out.to(torch.float64)
+
+
+def with_lengths(fn: AdvantageFn, lengths: LengthsFn) -> AdvantageFn:
+    """``fn`` called as ``fn(rewards, lengths=lengths(rewards))``: the probes' token counts, one rule."""
+    def bound(rewards: torch.Tensor) -> Any:
+        counts = token_counts(lengths, rewards)
+        assert counts is not None, "lengths is given"
+        return fn(rewards, lengths=counts.to(rewards.dtype))
+
+    bound.__qualname__ = getattr(fn, "__qualname__", "fn")
+    return bound
 
 
 def _worded(exc: Exception) -> str:

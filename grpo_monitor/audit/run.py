@@ -208,14 +208,20 @@ def _float32_only(v: dict[str, Any], deviation: float, bound: float) -> None:
 
 
 # -------------------------------------------------------------------------- audit
-def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None) -> AuditResult:
+def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None,
+          lengths: probes.LengthsFn | None = None) -> AuditResult:
     """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) in float64 and float32 and collect the verdicts.
 
     ``expect`` names the registry entry the function should reproduce (``population``,
-    ``bessel``, ``trl.group``, ``verl.grpo``, ...): when it does not fit, that is an
-    error-severity ``convention`` violation; with ``"auto"`` the match is only reported.
+    ``bessel``, ``trl.group``, ``verl.grpo``, ...) or a declared one of your own
+    (``estimators.custom``): when it does not fit, that is an error-severity ``convention``
+    violation; with ``"auto"`` the match is only reported. ``lengths`` (``rewards (B, G) ->
+    token counts (B, G)``) calls ``fn(rewards, lengths=...)`` and hands the same counts to the
+    monitor, so token-whitening estimators are judged as the live API judges them with ``lengths=``.
     """
     G = theory._check_group_size(group_size)
+    if lengths is not None:
+        fn = probes.with_lengths(fn, lengths)
     if expect != "auto" and get(expect).multi_reward:
         raise ValueError(f"expect={expect!r} takes several reward columns; the audit probes one reward per response")
     label = name or str(getattr(fn, "__qualname__", repr(fn)))
@@ -224,7 +230,7 @@ def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: s
     runs: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {d: {} for d in DTYPES}
     for probe in batches.values():
         for dtype in DTYPES:
-            result, adv = probes.run_probe(fn, probe, dtype, G)
+            result, adv = probes.run_probe(fn, probe, dtype, G, lengths)
             results.append(result)
             if adv is not None:
                 runs[dtype][probe.name] = (probe.rewards, adv)

@@ -120,6 +120,13 @@ _RECORDS = (
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
               "or a stabilizer that changes", "steps", "convention", "error", _convention),
+    Invariant("unknown_estimator", "under std_convention='auto', a registry estimator (or your declared one) "
+              "explains the advantages",
+              "an estimator the registry does not know, which keeps the universal invariants (finite, non-decreasing "
+              "in reward within each group, one common advantage on constant groups): declare it, "
+              "MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...), to check it "
+              "exactly", "steps", "estimator_residual", "warning",
+              lambda cfg: "a registry estimator, or a declared one, reproduces the advantages"),
     Invariant("token_constant_advantage",
               "with outcome rewards, a row's advantage is the same on all of its valid tokens",
               "advantages misaligned with tokens, or per-token advantages with outcome_rewards=True",

@@ -119,10 +119,10 @@ def _advantages() -> list[Metric]:
         _m("grpo/adv/convention_scale", "ratio", RATIO, wl, "Mean over live groups of k_g * std_g, the advantage "
            "scale in units of the group's reward std (about 1 for population z-scores); a drift means the "
            "scaling changed.", **adv),
-        _m("grpo/adv/convention_id", "index", FIT, "last (constant in a healthy run)", "Index of the estimator "
-           "in use in grpo_monitor.ESTIMATORS (declared, or found by 'auto'; the name is the report's "
-           "convention; the classic five come first); -1 when none fits, which the convention invariant "
-           "reports.", **adv),
+        _m("grpo/adv/convention_id", "id", FIT, "last (constant in a healthy run)", "Stable id of the "
+           "estimator in use (grpo_monitor.estimators.ESTIMATOR_IDS: declared, or found by 'auto'; the name is the "
+           "report's convention; the classic five are 0-4; an id never changes); -2 for your own estimator "
+           "(estimators.custom), -1 when none is named (none fits, or an unknown_estimator warning).", **adv),
         _m("grpo/adv/stabilizer", "reward units", FIT, "last (constant in a healthy run)", "The fitted epsilon of "
            "1/k_g = base_g + epsilon; large next to the reward std, it flattens low-variance groups' advantages.",
            only_when="the fitted convention has a free stabilizer (not none or leave_one_out)", **adv),

@@ -46,7 +46,12 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--expect", default="auto", metavar="NAME",  # checked in run(): the registry needs numpy
                         help="the estimator the function should reproduce: a name of grpo_monitor.ESTIMATORS "
                         "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, ...), shown beside "
-                        "the inferred one; exit 1 when it does not fit (default: auto, only report the match)")
+                        "the inferred one, or MODULE:FUNCTION, your own reference; exit 1 when it does not fit "
+                        "(default: auto, "
+                        "only report the match)")
+    parser.add_argument("--lengths", default=None, metavar="MODULE:FUNCTION",
+                        help="token counts rewards (B, G) -> lengths (B, G): the function is called with "
+                        "lengths=... and the monitor gets the same counts (token-whitening estimators)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
     return parser
@@ -58,7 +63,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         fn = load_function(args.function)
-        result = audit(fn, args.group_size, expect=args.expect, name=args.function)
+        expect = args.expect
+        if ":" in expect:  # your own reference, declared under its spec
+            from ..estimators.custom import custom
+
+            expect = custom(load_function(expect), name=expect).name
+        lengths = load_function(args.lengths) if args.lengths else None
+        result = audit(fn, args.group_size, expect=expect, name=args.function, lengths=lengths)
     except (ValueError, TypeError, ImportError, SyntaxError) as exc:
         return fail("audit", exc)
     if args.json:

@@ -33,9 +33,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--group-size", "-G", type=int, default=None,
                         help="responses per prompt G: declared to the monitor, cuts a prompt drawn k times in one "
                         "step into k groups, and groups consecutive rows when there is no group column")
-    parser.add_argument("--estimator", default=None, metavar="NAME",
+    parser.add_argument("--estimator", default=None, metavar="NAME|MODULE:FUNCTION",
                         help="the estimator the advantages should follow: auto or a name of grpo_monitor.ESTIMATORS "
-                        "(population, bessel, trl.group, verl.grpo, nemo_rl.grpo, ...); default: the run's own "
+                        "(population, bessel, trl.group, verl.grpo, nemo_rl.grpo, ...), or MODULE:FUNCTION, your own "
+                        "rewards (B, G) -> advantages (B, G) replayed as the reference; default: the run's own "
                         "config when recorded, else auto")
     parser.add_argument("--columns", default=None, metavar="KEY=FIELD,...",
                         help="field names: step=...,group=...,reward=...(a+b sums),advantage=...,question=...")

@@ -10,12 +10,21 @@ against them ("which estimator, with which stabilizer, explains these numbers").
 """
 
 from .base import PROMISES, SINGLETONS, Estimator
+from .custom import CUSTOM, custom
 from .families import STABILIZERS
-from .registry import ESTIMATORS, by_framework, get, table
+from .registry import CUSTOM_ID, ESTIMATOR_IDS, ESTIMATORS, UNKNOWN_ID, by_framework, get, id_of, known, name_of, table
 from .replay import Fit, candidates, fit, fit_all
 
 __all__ = [
+    "CUSTOM",
+    "CUSTOM_ID",
     "ESTIMATORS",
+    "ESTIMATOR_IDS",
+    "UNKNOWN_ID",
+    "custom",
+    "id_of",
+    "known",
+    "name_of",
     "PROMISES",
     "SINGLETONS",
     "STABILIZERS",

@@ -36,6 +36,12 @@ SINGLETONS: dict[str, str] = {
 }
 
 
+#: ``grpo/adv/convention_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
+CUSTOM_ID = -2
+#: ``grpo/adv/convention_id`` when no estimator is named (none fits, or the check broke).
+UNKNOWN_ID = -1
+
+
 @dataclasses.dataclass(frozen=True)
 class Estimator:
     """An advantage estimator: a pure float64 reference plus what it promises and where it comes from.
@@ -46,7 +52,8 @@ class Estimator:
     in it (closed-form fit), ``None`` when a 1-D search is needed. ``multi_reward``
     estimators take ``rewards (N, K)`` and a ``weights`` parameter; ``token_weighted`` ones
     accept ``lengths (N,)``; ``reward_domain`` is where the promises hold ("real" or
-    "nonnegative").
+    "nonnegative"); ``id`` is the entry's stable integer id, recorded in
+    :data:`~grpo_monitor.estimators.registry.ESTIMATOR_IDS` (``CUSTOM_ID`` for a user's own).
     """
 
     name: str
@@ -61,6 +68,7 @@ class Estimator:
     multi_reward: bool = False
     token_weighted: bool = False
     reward_domain: str = "real"
+    id: int | None = None  # the stable integer id (``grpo/adv/convention_id``); set by the registry
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", types.MappingProxyType(dict(self.params)))
@@ -152,3 +160,7 @@ def check_lengths(lengths: Any, n: int) -> np.ndarray:
     if not np.isfinite(w).all() or (w < 0).any():
         raise ValueError("lengths must be finite token counts >= 0")
     return w
+
+
+#: Every user-declared estimator by name (``ESTIMATORS`` holds the shipped ones); filled by ``custom``.
+CUSTOM: dict[str, Estimator] = {}

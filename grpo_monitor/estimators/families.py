@@ -305,13 +305,24 @@ def whitened(
     and the Bessel count is the number of scorable rows. Rewards are first mapped to
     ``clip((r + reward_bias) * reward_scaling, +-reward_clip)`` (AReaL's reward scaling).
     """
+    inner = whitened_inner(rewards, gid, group_scale=group_scale, group_ddof=group_ddof, group_eps=group_eps,
+                           singleton=singleton, reward_scaling=reward_scaling, reward_bias=reward_bias,
+                           reward_clip=reward_clip)
+    w = np.ones(len(rewards)) if lengths is None else np.asarray(lengths, dtype=np.float64)
+    return whiten(inner, w, ddof=ddof, eps=eps, stabilizer=stabilizer, count_eps=count_eps)
+
+
+def whitened_inner(
+    rewards: np.ndarray, gid: np.ndarray, *, group_scale: str = "none", group_ddof: int = 1, group_eps: float = 0.0,
+    singleton: str = "zero", reward_scaling: float = 1.0, reward_bias: float = 0.0, reward_clip: float | None = None,
+    **_whitening: object,
+) -> np.ndarray:
+    """The group step of :func:`whitened` (NaN on unscorable rows), before the whitening over tokens."""
     r = (rewards + reward_bias) * reward_scaling
     if reward_clip is not None:
         r = np.clip(r, -reward_clip, reward_clip)
     inner = centered(r, gid, scale=group_scale, ddof=group_ddof, eps=group_eps, singleton=singleton)
-    inner = np.where(np.isnan(rewards), np.nan, inner)
-    w = np.ones(len(rewards)) if lengths is None else np.asarray(lengths, dtype=np.float64)
-    return whiten(inner, w, ddof=ddof, eps=eps, stabilizer=stabilizer, count_eps=count_eps)
+    return np.where(np.isnan(rewards), np.nan, inner)
 
 
 def normalize_then_sum(

@@ -7,9 +7,11 @@ the monitor's NaN convention (see :mod:`.base`); everything else follows the sou
 
 from __future__ import annotations
 
+import math
 from functools import partial
 
 from . import families as f
+from . import long_tail as t
 from .base import Estimator
 
 TRL = "trl 1.16.0"
@@ -20,6 +22,7 @@ AREAL = "inclusionAI/AReaL@4aef98d8 (v1.0.4-17)"
 ROLL = "alibaba/ROLL@8eb27cc2 (v0.3.0-9)"
 SKYRL = "NovaSky-AI/SkyRL@a9564572 (skyrl_train-v0.4.0-516)"
 OPEN_INSTRUCT = "allenai/open-instruct@e6c3044a (v0.3.0-29)"
+ROLL_TAIL = "alibaba/ROLL@090ac946"
 
 FULL = frozenset({"zero_group_mean", "affine_in_rewards", "degenerate_zero", "unscorable_rows", "batch_zero_mean"})
 WHITENED = frozenset({"affine_in_rewards", "unscorable_rows", "batch_zero_mean"})
@@ -185,7 +188,51 @@ OPEN_INSTRUCT_ENTRIES = (
            f"(advantage_normalization_type='centered', the default) @ {OPEN_INSTRUCT}", "r - mean_g"),
 )
 
+CLIPPED = frozenset({"degenerate_zero", "unscorable_rows"})
+BATCH_MEAN = frozenset({"affine_in_rewards", "batch_zero_mean", "unscorable_rows"})
+LONG_TAIL = (
+    Estimator(
+        "verl.opo", t.length_weighted, {}, frozenset({"affine_in_rewards", "degenerate_zero", "unscorable_rows",
+                                                      "batch_zero_mean"}),
+        f"verl/trainer/ppo/core_algos.py::compute_opo_outcome_advantage @ {VERL}",
+        "r - sum_g(len r) / sum_g(len): the baseline weighted by response length (OPO); a one-row group keeps r",
+        singleton="raw", fit_param=None, eps_power=None, token_weighted=True),
+    Estimator(
+        "length_weighted_loo", partial(t.length_weighted, leave_one_out=True), {}, CLIPPED,
+        f"the leave-one-out form of verl's OPO baseline (compute_opo_outcome_advantage @ {VERL})",
+        "r_i - sum_(j != i)(len_j r_j) / sum_(j != i) len_j: a length-weighted baseline over the other rows",
+        fit_param=None, eps_power=None, token_weighted=True),
+    Estimator(
+        "roll.grpo_clip", partial(t.clipped, scale="group"), {"ddof": 1, "eps": 1e-6, "clip": 1.0}, CLIPPED,
+        f"roll/utils/functionals.py::reward_postprocess (adv_estimator='grpo', reward_clip) and "
+        f"compute_advantage (advantage_clip) @ {ROLL_TAIL}",
+        "clamp((r - mean_g) / (torch.std_g + 1e-6), -c, c): the z-scores clipped after normalisation, c fitted "
+        "(default 1)",
+        fit_param="clip", eps_power=None),
+    Estimator(
+        "none_clip_negative", partial(t.clipped, scale="none", low=0.0), {"clip": math.inf}, CLIPPED,
+        "Dr. GRPO centring (arXiv:2503.20783) with negative advantages set to 0 by design (issue 21's report; "
+        "the clamp is ROLL's, roll/utils/functionals.py::compute_advantage)",
+        "max(r - mean_g, 0): only better-than-average responses are reinforced", fit_param=None, eps_power=None),
+    Estimator(
+        "roll.batch_mean", partial(t.batch_mean, scale="none"), {}, BATCH_MEAN,
+        f"roll/utils/functionals.py::reward_norm (norm_mean_type='batch', norm_std_type=None) @ {ROLL_TAIL}",
+        "r - mean of the batch", fit_param=None, eps_power=None),
+    Estimator(
+        "roll.batch_norm", partial(t.batch_mean, scale="batch"), {"ddof": 1, "eps": 1e-6}, BATCH_MEAN,
+        f"roll/utils/functionals.py::reward_norm (norm_mean_type='batch', norm_std_type='batch') @ {ROLL_TAIL}",
+        "(r - mean of the batch) / (torch.std of the batch + 1e-6)"),
+    Estimator(
+        "verl.gdpo", t.decoupled_whitened,
+        {"weights": None, "group_ddof": 1, "group_eps": 1e-6, "ddof": 1, "eps": 1e-8, "count_eps": 1e-8},
+        frozenset({"unscorable_rows", "batch_zero_mean"}),
+        f"verl/trainer/ppo/core_algos.py::compute_gdpo_outcome_advantage @ {VERL}",
+        "rewards (N, K): per column (x - mean_g) / (torch.std_g + 1e-6) (one-row group keeps x), weighted sum, "
+        "then token whitening (s - mu) / sqrt(var + 1e-8), var Bessel over tokens",
+        fit_param=None, eps_power=None, multi_reward=True, token_weighted=True),
+)
+
 ALL: tuple[Estimator, ...] = (
     GENERIC + TRL_ENTRIES + VERL_ENTRIES + NEMO_ENTRIES + OPENRLHF_ENTRIES + AREAL_ENTRIES + ROLL_ENTRIES
-    + SKYRL_ENTRIES + OPEN_INSTRUCT_ENTRIES
+    + SKYRL_ENTRIES + OPEN_INSTRUCT_ENTRIES + LONG_TAIL
 )

@@ -28,93 +28,44 @@ import numpy as np
 from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
 from .classic import ConventionFit, ConventionTracker, classic_of
-from .registry import ESTIMATORS, get
+from .families import group_stats, layout
+from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
+from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
+from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
-#: Promises the device-side checks can enforce, by invariant name.
-def replayable(est: Estimator) -> bool:
-    """Whether the monitor can replay ``est`` from one reward per row (multi-reward estimators need columns)."""
-    return not est.multi_reward
-
-
-def fit_whitened(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-    """A token-whitening estimator replayed without token counts: ``a = alpha ref + beta``, fitted.
-
-    Whitening over tokens is ``(x - mu) / sigma`` with ``mu`` and ``sigma`` weighted by each
-    row's token count, which the rollout does not carry; any weights give the same ``x`` up
-    to one affine map, so ``alpha > 0`` and ``beta`` are fitted by least squares over the
-    scorable rows. Returns (max group residual / typical |advantage|, per-group residuals, groups).
-    """
-    ref = est(r, g)
-    valid = ~np.isnan(r)
-    x, y = ref[valid], a[valid]
-    design = np.stack([x, np.ones_like(x)], axis=1)
-    (alpha, beta), *_ = np.linalg.lstsq(design, y, rcond=None)
-    groups, inv = np.unique(g[valid], return_inverse=True)
-    resid = y - (alpha * x + beta)
-    rms = np.sqrt(np.bincount(inv, resid * resid) / np.maximum(np.bincount(inv), 1))
-    live = np.bincount(inv, np.abs(x - np.bincount(inv, x)[inv] / np.bincount(inv)[inv])) > 0
-    typ = float(np.median(np.abs(y[live[inv]]))) if live.any() else 1.0
-    per_group = rms / (typ if typ > 0 else 1.0)
-    if not alpha > 0:
-        per_group = np.full_like(per_group, np.inf)
-    return float(per_group.max(initial=0.0)), per_group, groups
+def replayable(est: Estimator, rows: Rows | None = None) -> bool:
+    """Whether the monitor can replay ``est`` on ``rows``: multi-reward ones need the reward components,
+    length-weighted baselines the token counts (a whitening is fitted without them)."""
+    if est.multi_reward and (rows is None or rows.components is None):
+        return False
+    needs_lengths = est.token_weighted and not whitens(est) and est.id != CUSTOM_ID
+    return not needs_lengths or (rows is not None and rows.lengths is not None)
 
 
 @dataclasses.dataclass(frozen=True)
 class Judgement:
-    """The estimator named for one rollout, the invariants it promises, and what broke."""
+    """The estimator named for one rollout, the invariants it promises, and what broke.
+
+    ``unknown`` is the text of an ``unknown_estimator`` warning: under ``"auto"`` no entry fits but
+    the universal invariants hold (``name`` is then None and nothing else is promised).
+    """
 
     name: str | None
     stabilizer: float | None
     promises: frozenset[str]
     problem: str | None = None
     groups: tuple = ()  # first offending group labels of a replay mismatch
-
-
-@dataclasses.dataclass(frozen=True)
-class Rows:
-    """A rollout's rows on the host: rewards, group index, advantages and token counts (None when any
-    call lacked them), and the group labels."""
-
-    rewards: np.ndarray
-    gid: np.ndarray
-    advantages: np.ndarray | None
-    lengths: np.ndarray | None
-    labels: list
-
-    @property
-    def replayable(self) -> bool:
-        """Advantages present and every value finite (infinite ones are a ``finite`` breach already)."""
-        a, r = self.advantages, self.rewards
-        return a is not None and bool(np.isfinite(a).all()) and not bool(np.isinf(r).any())
-
-
-def host_rows(records: Sequence[Any]) -> Rows:
-    """The rows of ``records`` on the host (one device-to-host copy per tensor), group ids made global."""
-    def host(parts: Sequence[Any]) -> np.ndarray:
-        return np.concatenate([p.detach().double().cpu().numpy() for p in parts])
-
-    def cat(name: str) -> np.ndarray | None:
-        parts = [getattr(rec, name) for rec in records]
-        if any(p is None for p in parts):
-            return None
-        return host(parts)
-
-    gids, labels, offset = [], [], 0
-    for rec in records:
-        gids.append(rec.gid.detach().cpu().numpy() + offset)
-        labels += list(rec.labels)
-        offset += len(rec.labels)
-    return Rows(host([rec.rewards for rec in records]), np.concatenate(gids), cat("advantages"), cat("lengths"), labels)
+    unknown: str | None = None
 
 
 class EstimatorJudge:
     """Judges each checked rollout against the declared estimator, or finds it (``"auto"``).
 
-    Holds the run's lock: the classic conventions consistent so far (device fit) and, in
-    ``"auto"`` when none was, the registry entries consistent so far (replay).
+    Holds the run's lock: the classic conventions consistent so far (device fit), in ``"auto"``
+    the registry entries consistent so far (replay), and the name reported so far (``locked``):
+    a name that changes is a ``convention`` breach.
     """
 
     def __init__(self, config: Any):
@@ -130,13 +81,15 @@ class EstimatorJudge:
             device_config = config.model_copy(update={"std_convention": conv, "stabilizer": stab})
         self.conventions = ConventionTracker(device_config)
         self.replayed: tuple[str, ...] | None = None  # "auto": registry entries fitting every step so far
+        self.locked: str | None = None  # "auto": the name reported so far
 
     def judge(self, rollout: dict[str, float], records: Sequence[Any], breached: frozenset[str] = frozenset()
               ) -> Judgement | None:
         """The judgement of one checked rollout slice; None when no live group carries advantages.
 
         ``breached`` names the device invariants this slice broke: under ``"auto"`` a classic
-        fit that comes with broken promises is checked against the registry by replay too.
+        fit that comes with broken promises, or that only the batch scale explains, is checked
+        against the registry by replay too.
         """
         fit = self.conventions.update(rollout) if self.device else None
         if self.declared is not None:
@@ -145,9 +98,9 @@ class EstimatorJudge:
             return self._replay_declared(self.declared, records, rollout)
         if fit is None:
             return None
-        if fit.fitting and not (breached & set(DEVICE_PROMISES)):
-            return self._from_device(fit, None)
-        return self._auto_replay(records, fit)
+        if fit.fitting and fit.name != "batch" and not (breached & set(DEVICE_PROMISES)):
+            return self._hold(self._from_device(fit, None), fit.fitting)
+        return self._auto_replay(records, fit, breached)
 
     # ----------------------------------------------------------------- device
     def _from_device(self, fit: ConventionFit | None, est: Estimator | None) -> Judgement | None:
@@ -157,6 +110,19 @@ class EstimatorJudge:
         promises = est.promises if est is not None else ESTIMATORS["population"].promises
         return Judgement(name, fit.stabilizer, promises, fit.problem)
 
+    def _hold(self, j: Judgement | None, fitting: Sequence[str]) -> Judgement | None:
+        """The lock on the reported name: the locked one while it still fits; a change is a problem."""
+        if j is None or j.name is None or j.problem:
+            return j
+        if self.locked is None or self.locked == j.name:
+            self.locked = j.name
+            return j
+        if self.locked in fitting:
+            return dataclasses.replace(j, name=self.locked, promises=get(self.locked).promises)
+        was, self.locked = self.locked, j.name
+        return dataclasses.replace(j, problem=f"the estimator changed between steps: was {was}, now fits "
+                                              f"{list(fitting)[:4]}")
+
     # ----------------------------------------------------------------- replay
     def _tolerance(self) -> float:
         return self.config.tolerances.estimator_residual
@@ -164,9 +130,9 @@ class EstimatorJudge:
     def _replay_declared(self, est: Estimator, records: Sequence[Any], rollout: dict[str, float]) -> Judgement | None:
         if rollout.get("live", 0) < 1 or rollout.get("adv_rows", 0) < 1:
             return None
-        if not replayable(est):
-            return Judgement(est.name, None, est.promises)  # promises only: needs reward columns or token counts
         rows = host_rows(records)
+        if not replayable(est, rows):
+            return Judgement(est.name, None, est.promises)  # promises only: it needs the reward components
         if not rows.replayable:
             return None
         residual, per_group, group_ids, eps, error = _replay(est, rows)
@@ -174,63 +140,134 @@ class EstimatorJudge:
         if error is None and residual <= self._tolerance():
             return Judgement(est.name, eps, est.promises)
         worst = np.argsort(-np.nan_to_num(per_group, nan=np.inf))[:5]
-        groups = tuple(labels[int(group_ids[i])] for i in worst if per_group[i] > self._tolerance())
+        groups = tuple(labels[int(group_ids[i])] for i in worst if not per_group[i] <= self._tolerance())
         why = error or (f"max group rms residual {residual:.3g} x typical |advantage| against "
                         f"{est.name} ({est.description})")
         return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups)
 
-    def _auto_replay(self, records: Sequence[Any], fit: ConventionFit) -> Judgement | None:
+    def _auto_replay(self, records: Sequence[Any], fit: ConventionFit, breached: frozenset[str] = frozenset()
+                     ) -> Judgement | None:
         rows = host_rows(records)
         if not rows.replayable:
             return self._from_device(fit, None)
-        ratio = self.config.tolerances.max_stabilizer_ratio
-        names = [n for n in (self.replayed or ESTIMATORS) if replayable(ESTIMATORS[n])]
-        found = _fitting(rows, names, self._tolerance(), ratio)
+        every = [n for n in ESTIMATORS if replayable(ESTIMATORS[n], rows)]
+        found = _fitting(rows, [n for n in (self.replayed or every) if n in every], self._tolerance(), self.config)
         if self.replayed is not None and not found:  # the locked ones stopped fitting: try every entry
-            every = [n for n in ESTIMATORS if replayable(ESTIMATORS[n])]
-            found = _fitting(rows, every, self._tolerance(), ratio)
-            if found:
-                was = self.replayed[0]
-                self.replayed = tuple(found)
-                return Judgement(found[0], None, ESTIMATORS[found[0]].promises,
-                                 f"the estimator changed between steps: was {was}, now fits {found[:4]}")
-        if not found:  # nothing in the registry either: the device's verdict stands
-            return self._from_device(fit, None)
-        self.replayed = tuple(found)
-        return Judgement(found[0], None, ESTIMATORS[found[0]].promises)
+            found = _fitting(rows, every, self._tolerance(), self.config)
+        if found:
+            found = sorted(found, key=lambda n: n not in fit.fitting)  # a classic fit confirmed by replay first
+            self.replayed = tuple(found)
+            return self._hold(Judgement(found[0], None, ESTIMATORS[found[0]].promises), found)
+        if fit.fitting:  # nothing in the registry either: the device's verdict stands
+            return self._hold(self._from_device(fit, None), fit.fitting)
+        return self._unknown(rows, every, fit, breached)
+
+    def _unknown(self, rows: Rows, names: Sequence[str], fit: ConventionFit, breached: frozenset[str]
+                 ) -> Judgement | None:
+        """No entry fits: an ``unknown_estimator`` warning when the universal invariants hold, else the error
+        (every device check counts then, as when nothing is known)."""
+        tol = self.config.tolerances
+        a = rows.advantages
+        assert a is not None, "replayed rows have advantages (Rows.replayable)"
+        breach = universal_breach(rows.rewards, rows.gid, a, monotone_tol=tol.affine_residual,
+                                  constant_tol=tol.degenerate_error)
+        if breach is None and breached & UNIVERSAL_PROMISES:
+            breach = Breach("NaN-reward rows carry nonzero advantages", ())
+        if breach is not None:
+            j = self._from_device(fit, None)
+            assert j is not None, "fit is not None"
+            groups = tuple(rows.labels[i] for i in breach.groups)
+            return dataclasses.replace(j, problem=f"{fit.problem}; and {breach.text}, which no estimator does",
+                                       groups=groups)
+        if self.locked is not None:
+            return Judgement(self.locked, None, UNIVERSAL_PROMISES, f"the estimator changed between steps: was "
+                             f"{self.locked}, now no registry entry fits (the universal invariants still hold)")
+        return Judgement(None, None, UNIVERSAL_PROMISES, unknown=_unknown_text(rows, names, self._tolerance()))
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
-        return {**self.conventions.state_dict(), "replayed": list(self.replayed) if self.replayed else None}
+        return {**self.conventions.state_dict(), "replayed": list(self.replayed) if self.replayed else None,
+                "locked": self.locked}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.conventions.load_state_dict(state)
         replayed = state.get("replayed")
         self.replayed = tuple(replayed) if replayed else None
+        self.locked = state.get("locked")
 
 
 def _replay(est: Estimator, rows: Rows):
     """(residual, per-group residuals, group ids, fitted eps, error) of one declared estimator on the rows.
 
-    A token-whitening estimator without token counts is fitted up to its unknown offset and scale.
+    A token-whitening registry entry without token counts is fitted up to its unknown offset and
+    scale (a user's own function is called without them). Groups without reward variation are
+    left to the ``degenerate_zero`` check when the estimator promises it (its float32 residue rule).
     """
     r, g, a = rows.rewards, rows.gid, rows.advantages
     assert a is not None, "replayed rows have advantages (Rows.replayable)"
-    if est.token_weighted and rows.lengths is None:
-        residual, per_group, groups = fit_whitened(est, r, g, a)
+    if rows.lengths is None and whitens(est):
+        data, fixed = _inputs(est, rows)
+        residual, per_group, groups = fit_whitened(_with(est, fixed), data, g, a)
         return residual, per_group, groups, est.params.get("eps"), None
-    f = replay_fit(est, r, g, a, lengths=rows.lengths)
-    return f.residual, f.group_residuals, f.groups, f.params.get("eps", est.params.get("eps")), f.error
+    data, fixed = _inputs(est, rows)
+    f = replay_fit(est, data, g, a, lengths=rows.lengths, fixed=fixed)
+    per_group = f.group_residuals
+    if "degenerate_zero" in est.promises and f.error is None:
+        live = ~group_stats(layout(r, g), r).degenerate
+        per_group = np.where(live, per_group, 0.0)
+    return (float(per_group.max(initial=0.0)), per_group, f.groups, f.params.get("eps", est.params.get("eps")),
+            f.error)
 
 
-def _fitting(rows: Rows, names: Sequence[str], tol: float, max_eps_ratio: float) -> list[str]:
-    """Registry entries whose exact replay fits with a plausible stabilizer, best first.
+def _with(est: Estimator, fixed: dict[str, Any] | None) -> Estimator:
+    return dataclasses.replace(est, params={**est.params, **fixed}) if fixed else est
 
-    Token-whitening entries replay with the rows' token counts, or with equal weights when
-    there are none: without counts their offset would also explain a uniform shift of every
-    advantage (a real bug), so "auto" never fits it freely; declare the estimator instead.
+
+def _inputs(est: Estimator, rows: Rows) -> tuple[np.ndarray, dict[str, Any] | None]:
+    """The rewards a replay of ``est`` takes (the components for a multi-reward one) and fixed parameters."""
+    if est.multi_reward and rows.components is not None:
+        return rows.components, ({"weights": rows.weights} if rows.weights is not None else None)
+    return rows.rewards, None
+
+
+def _fitting(rows: Rows, names: Sequence[str], tol: float, config: Any) -> list[str]:
+    """Registry entries whose exact replay fits with a plausible stabilizer: exact replays first, then
+    those with a free offset and scale, each in id order (every fit is within tolerance: the order only
+    has to be the same for any row order).
+
+    Token-whitening entries replay with the rows' token counts; without them, with their offset
+    and scale fitted (one global affine map of the group step: AReaL's signature; a forgotten
+    centring is a per-group offset, which no global map explains, and the group step plus a
+    constant, slope exactly 1, is an added term, not a whitening). Multi-reward entries replay
+    on the rollout's reward components.
     """
-    from .replay import candidates
+    ratio = config.tolerances.max_stabilizer_ratio
+    assert rows.advantages is not None, "replayed rows have advantages (Rows.replayable)"
+    out = []
+    for n in names:
+        est = ESTIMATORS[n]
+        if rows.lengths is None and whitens(est):
+            residual, _, _, _, _ = _replay(est, rows)
+            shift = uniform_shift(est, rows.rewards, rows.gid, rows.advantages, config.tolerances.zero_group_mean)
+            if residual <= tol and not shift:
+                out.append((1, est.id, n))  # two parameters fitted freely: after every exact replay
+            continue
+        data, fixed = _inputs(est, rows)
+        f = replay_fit(est, data, rows.gid, rows.advantages, lengths=rows.lengths, fixed=fixed)
+        if f.fits(tol, ratio):
+            out.append((0, est.id, n))
+    return [n for *_, n in sorted(out)]
 
-    return candidates(rows.rewards, rows.gid, rows.advantages, tol, lengths=rows.lengths, names=names,
-                      max_eps_ratio=max_eps_ratio)
+
+def _unknown_text(rows: Rows, names: Sequence[str], tol: float) -> str:
+    """The ``unknown_estimator`` message: the nearest entries and how to declare yours."""
+    near = []
+    for n in names:
+        data, fixed = _inputs(ESTIMATORS[n], rows)
+        f = replay_fit(ESTIMATORS[n], data, rows.gid, rows.advantages, lengths=rows.lengths, fixed=fixed)
+        if np.isfinite(f.residual):
+            near.append((f.residual, n))
+    nearest = ", ".join(f"{n} ({res:.2g} x typical |advantage| off)" for res, n in sorted(near)[:3]) or "none"
+    return (f"no registry estimator reproduces these advantages (to {tol:g} x typical |advantage|), but the "
+            f"universal invariants hold ({'; '.join(UNIVERSAL)}); nearest: {nearest}. Declare yours to check it "
+            "exactly: MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...)")

@@ -49,7 +49,8 @@ class Fit:
         fitted stabilizer is at most that fraction of ``reward_std``."""
         if self.error is not None or self.residual > tol:
             return False
-        return max_eps_ratio is None or all(v <= max_eps_ratio * self.reward_std for v in self.params.values())
+        eps = self.params.get("eps")
+        return max_eps_ratio is None or eps is None or eps <= max_eps_ratio * self.reward_std
 
 
 def fit(
@@ -145,6 +146,8 @@ def _with_fixed(est: Estimator, fixed: Mapping[str, Any] | None) -> Estimator:
 
 def _solve(est: Estimator, name: str, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:
     """Fit ``est``'s parameter ``name`` (its ``fit_param``)."""
+    if name == "clip":
+        return _clip_bound(est, r, g, a, w)
     if est.eps_power is not None:
         return _closed_form(est, name, est.eps_power, r, g, a, w)
     return _search(est, name, r, g, a, w, lay, typ)
@@ -163,6 +166,15 @@ def _closed_form(est: Estimator, name: str, p: int, r, g, a, w) -> tuple[dict[st
     if not ok.any():
         return {name: float(est.params[name])}, False
     return {name: max(float(np.median(sol[ok])), 0.0)}, True
+
+
+def _clip_bound(est: Estimator, r, g, a, w) -> tuple[dict[str, float], bool]:
+    """A clip bound ``c`` is the largest |advantage| when some unclipped advantage goes beyond it (else unpinned)."""
+    free = est(r, g, lengths=w, clip=np.inf)
+    top = float(np.abs(a).max(initial=0.0))
+    if float(np.abs(free).max(initial=0.0)) > top * (1 + 1e-6):
+        return {"clip": top}, True
+    return {"clip": float(est.params["clip"])}, False
 
 
 def _search(est: Estimator, name: str, r, g, a, w, lay: Layout, typ: float) -> tuple[dict[str, float], bool]:

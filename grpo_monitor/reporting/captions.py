@@ -97,16 +97,16 @@ def _step_list(steps: list[int], limit: int = 8) -> str:
 
 
 def convention(run: RunData) -> str:
-    from ..estimators.registry import ESTIMATORS
+    from ..estimators.registry import CUSTOM_ID, name_of
 
-    names_by_id = list(ESTIMATORS)
     parts: list[str | None] = [
         "The std convention the advantages fit at each step, the advantage scale it implies and the fitted "
         "stabilizer epsilon (1/k = std + epsilon)",
     ]
     ids = convention_index(run)
     if ids is not None:
-        names = [_BROKEN if i < 0 else f"fit {names_by_id[int(i)]}" for i in ids[np.isfinite(ids)]]
+        names = ["fit your own estimator" if i == CUSTOM_ID else _BROKEN if i < 0 else f"fit {name_of(i) or i}"
+                 for i in ids[np.isfinite(ids)]]
         parts.append(_segments(names, run.steps[np.isfinite(ids)].tolist()))
     parts += [_change(run, "the advantage scale k*std", "grpo/adv/convention_scale", "{:.4f}"),
               _change(run, "the fitted stabilizer", "grpo/adv/stabilizer", "{:.2g}")]

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from ..estimators.registry import ESTIMATORS
+from ..estimators.registry import CUSTOM_ID, ESTIMATORS, name_of
 from ..stats.conventions import CONVENTIONS
 from .data import RunData
 from .plots_core import (
@@ -226,17 +226,23 @@ def group_size(run: RunData) -> int | None:
 
 
 def convention_index(run: RunData) -> np.ndarray | None:
-    """The estimator at each step as its index in ``grpo_monitor.ESTIMATORS`` (``grpo/adv/convention_id``);
-    -1 where none fits or the ``convention`` invariant broke (the log then names the declared one); NaN
-    where not logged."""
-    names = list(ESTIMATORS)
+    """The estimator at each step as its stable id (``grpo/adv/convention_id``, ``ESTIMATOR_IDS``);
+    -1 where none fits or the ``convention`` invariant broke (the log then names the declared one), -2 for
+    a user-declared estimator; NaN where not logged."""
     ids = run.series("grpo/adv/convention_id")
     if ids is None or not np.isfinite(ids).any():
-        ids = np.array([names.index(c) if c in ESTIMATORS else np.nan for c in run.conventions], dtype=float)
+        ids = np.array([ESTIMATORS[c].id if c in ESTIMATORS else np.nan for c in run.conventions], dtype=float)
         if not np.isfinite(ids).any():
             return None
     broken = {m.step for m in run.violations if m.invariant == "convention"}
     return np.where(np.isin(run.steps, sorted(broken)), -1.0, ids)
+
+
+def _id_label(estimator_id: int) -> str:
+    if estimator_id == CUSTOM_ID:
+        return "your own estimator"
+    name = name_of(estimator_id) or f"id {estimator_id}"
+    return _CONVENTION_LABELS.get(name, name)
 
 
 def draw_convention(run: RunData):
@@ -246,12 +252,11 @@ def draw_convention(run: RunData):
         return None
     fig, axes = figure(3, height=2.1)
     ax = axes[0]
-    names = list(ESTIMATORS)
-    seen = sorted({int(i) for i in ids[np.isfinite(ids)] if i >= 0}) if ids is not None else []
+    seen = sorted({int(i) for i in ids[np.isfinite(ids)] if i >= 0 or i == CUSTOM_ID}) if ids is not None else []
     shown = seen or list(range(len(CONVENTIONS)))  # the estimators of this run (the classic five when none)
-    rows = ["none fits / check broken", *(_CONVENTION_LABELS.get(names[i], names[i]) for i in shown)]
+    rows = ["none fits / check broken", *(_id_label(i) for i in shown)]
     if ids is not None:
-        pos = np.array([np.nan if not np.isfinite(i) else -1.0 if i < 0 else float(shown.index(int(i)))
+        pos = np.array([np.nan if not np.isfinite(i) else float(shown.index(int(i))) if int(i) in shown else -1.0
                         for i in ids])
         ax.plot(run.steps, pos, drawstyle="steps-mid", color=BLUE, lw=1.6, marker="o", ms=3.5,
                 label="estimator the advantages fit")

@@ -82,6 +82,16 @@ class HistoryState(_Strict):
 class ConventionState(_Strict):
     candidates: list[str] | None = None
     replayed: list[str] | None = None
+    locked: str | None = None  # the name "auto" reported so far (a registry entry)
+
+    @field_validator("locked")
+    @classmethod
+    def _known_locked(cls, name: str | None) -> str | None:
+        from ..estimators.registry import ESTIMATORS
+
+        if name is not None and name not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {name!r}")
+        return name
 
     @field_validator("candidates", "replayed")
     @classmethod

@@ -85,7 +85,9 @@ class ScanResult:
 def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: str | None) -> Any:
     """The ``MonitorConfig`` of a scan: the options given, else what the run declared, policy ``warn``.
 
-    ``estimator`` maps to ``std_convention`` (its validation words a bad name).
+    ``estimator`` maps to ``std_convention`` (its validation words a bad name): a registry name,
+    or ``MODULE:FUNCTION``, your own estimator (``rewards (B, G) -> advantages (B, G)``) declared under
+    that name.
     """
     from ..config import MonitorConfig
 
@@ -94,7 +96,7 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
     if size is not None:
         settings["group_size"] = size
     if estimator is not None:
-        settings["std_convention"] = estimator
+        settings["std_convention"] = _estimator(estimator)
     elif "std_convention" in declared:
         settings["std_convention"] = declared["std_convention"]
         settings["stabilizer"] = declared.get("stabilizer")
@@ -107,11 +109,24 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
         raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
 
 
+def _estimator(spec: str) -> str:
+    """A registry name as is; ``MODULE:FUNCTION`` loaded and declared (``estimators.custom``) under ``spec``."""
+    if ":" not in spec:
+        return spec
+    from ..audit.run import load_function
+    from ..estimators.custom import custom
+
+    try:
+        return custom(load_function(spec), name=spec).name
+    except (ValueError, TypeError, ImportError, SyntaxError) as exc:
+        raise ScanInputError(f"--estimator: {spec!r} could not be declared: {exc}") from exc
+
+
 def _check_estimator(estimator: str | None) -> None:
     """An unknown ``--estimator`` is one line naming the closest registry names."""
     from ..estimators.registry import ESTIMATORS, unknown_estimator
 
-    if estimator is not None and estimator != "auto" and estimator not in ESTIMATORS:
+    if estimator is not None and estimator != "auto" and ":" not in estimator and estimator not in ESTIMATORS:
         raise ScanInputError(str(unknown_estimator(estimator, "--estimator")))
 
 

@@ -65,6 +65,8 @@ class RolloutRecord:
     gid: torch.Tensor
     advantages: torch.Tensor | None
     lengths: torch.Tensor | None = None  # token counts per row: replays estimators that whiten over tokens
+    components: torch.Tensor | None = None  # (N, K) reward components: replays multi-reward estimators
+    weights: tuple[float, ...] | None = None  # the components' weights (None: all 1)
 
 
 @dataclasses.dataclass

@@ -53,6 +53,8 @@ def rollout_findings(rollout: dict[str, float], records: Sequence, judged: Judge
         found += passk_violations(records, config, step)
     if judged.problem and not any(v.invariant in ROOT_CAUSES for v in found):
         found.append(violation("convention", step, judged.problem, config, judged.groups))
+    if judged.unknown:
+        found.append(violation("unknown_estimator", step, judged.unknown, config))
     return found
 
 
@@ -171,7 +173,7 @@ def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> lis
 
     Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
     """
-    from ..estimators.judge import host_rows
+    from ..estimators.rows import host_rows
 
     rows = host_rows(records)
     r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels

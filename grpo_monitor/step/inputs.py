@@ -246,6 +246,30 @@ def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
     return t.reshape(-1).to(torch.float64)
 
 
+def align_components(value: Any, weights: Any, layout: GroupLayout) -> tuple[torch.Tensor, tuple[float, ...] | None]:
+    """Reward components ``(B, G, K)`` (or ``(N, K)``) flattened to ``(N, K)``, and their weights as a tuple."""
+    t = align_rows_k(value, layout)
+    if weights is None:
+        return t, None
+    w = as_tensor(weights, "reward_weights").reshape(-1).to(torch.float64)
+    if len(w) != t.shape[1] or not bool(torch.isfinite(w).all()):
+        raise InputValueError(f"reward_weights has {len(w)} entries but reward_components has {t.shape[1]} "
+                              "components; pass one finite weight per component")
+    return t, tuple(float(x) for x in w.tolist())
+
+
+def align_rows_k(value: Any, layout: GroupLayout) -> torch.Tensor:
+    t = as_tensor(value, "reward_components")
+    if t.device != layout.rewards.device:
+        raise InputValueError(f"reward_components is on {t.device} but rewards is on {layout.rewards.device}; "
+                              "pass both on one device")
+    n = len(layout.rewards)
+    if t.dim() < 2 or (tuple(t.shape[:-1]) != layout.shape and tuple(t.shape[:-1]) != (n,)):
+        raise InputValueError(f"reward_components has shape {tuple(t.shape)} but rewards has shape {layout.shape}; "
+                              f"pass reward_components of shape {layout.shape} + (K,), one column per reward")
+    return t.reshape(n, t.shape[-1]).to(torch.float64)
+
+
 def truncation_rows(truncated: Any, lengths: torch.Tensor | None, max_length: int | None,
                     layout: GroupLayout) -> torch.Tensor | None:
     """``truncated`` (bool or 0/1 per row) as flat float64 0/1 aligned with the rewards; else rows whose

@@ -94,14 +94,14 @@ def _finite_or_zero(x: float) -> float:
 
 
 def estimator_metrics(name: str | None, stabilizer: float | None) -> dict[str, float]:
-    """The estimator in use as numbers: its index in ``grpo_monitor.ESTIMATORS`` (-1: none fits).
+    """The estimator in use as numbers: its stable id (``ESTIMATOR_IDS``; -2 a user-declared one, -1 none).
 
-    The five classic conventions come first, in ``CONVENTIONS`` order, so their indices are unchanged.
+    >>> estimator_metrics("verl.grpo", 1e-6)
+    {'grpo/adv/convention_id': 9.0, 'grpo/adv/stabilizer': 1e-06}
     """
-    from ..estimators.registry import ESTIMATORS
+    from ..estimators.registry import id_of
 
-    names = list(ESTIMATORS)
-    out = {"grpo/adv/convention_id": float(names.index(name)) if name in ESTIMATORS else -1.0}
+    out = {"grpo/adv/convention_id": float(id_of(name))}
     if stabilizer is not None:
         out["grpo/adv/stabilizer"] = stabilizer
     return out

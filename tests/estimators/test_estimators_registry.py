@@ -83,7 +83,7 @@ def test_table_has_one_row_per_estimator():
     """The README table derives from the records."""
     rows = table()
     assert [r["name"] for r in rows] == list(ESTIMATORS)
-    assert set(rows[0]) == {"name", "formula", "params", "promises", "singleton", "source"}
+    assert set(rows[0]) == {"id", "name", "formula", "params", "promises", "singleton", "source"}
 
 
 @pytest.mark.parametrize("module", ["", ".families", ".registry", ".replay"])

@@ -108,3 +108,17 @@ def test_example_runs_in_seconds(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "step 2: 4 groups, degenerate rate 0.25, estimator skyrl.grpo, violations 0" in proc.stdout
     assert "custom grpo stopped: convention" in proc.stdout and "detached: True" in proc.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["healthy", "misaligned", "wrong_slice", "swapped_branch"])
+def test_your_own_estimator_is_the_reference(variant, cases):
+    """A user's estimator registered in SkyRL and declared as MonitorConfig(std_convention=fn): its own numbers
+    are quiet; misaligned rows, a wrong group slice or a swapped branch of it stop the call."""
+    result = cases[f"mine-{variant}"]
+    if variant == "healthy":
+        assert result.get("raised") is None and result["violations"] == [], quiet(result)
+        assert result["convention"] == result["declared"] == "custom.my_estimator.reference"
+    else:
+        assert result["raised"] == "InvariantViolation", quiet(result)
+        assert set(result["invariants"]) & {"convention", "affine_in_rewards", "zero_group_mean"}

@@ -126,3 +126,59 @@ def test_a_breach_names_trls_step_and_the_prompt(tiny_model_path, tmp_path):
     v = next(v for v in info.value.violations if v.invariant == "zero_group_mean")
     assert v.step == 2 and trainer.state.global_step == 1
     assert set(v.groups) <= {"spell a", "say bb"} and v.groups
+
+
+def _my_estimator_trainer(variant: str):
+    """A GRPOTrainer whose advantages are the user's own estimator (tests/integrations/framework_cases/
+    my_estimator.py) on TRL's summed rewards, healthy or with one bug."""
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+    from trl import GRPOTrainer
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "framework_cases"))
+    import my_estimator as mine
+
+    class Mine(GRPOTrainer):
+        def _calculate_rewards(self, *args, **kwargs):
+            self._my_rewards = out = super()._calculate_rewards(*args, **kwargs)
+            return out
+
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            g = int(self.num_generations)
+            scores = gtrl.trl_rewards(self._my_rewards, self.reward_weights, g, "sum_then_normalize")
+            uid = np.arange(len(scores)) // g
+            width = g // 2 if variant == "wrong_slice" else g  # TRL's rows are contiguous: slice them wrongly
+            row = "healthy" if variant == "wrong_slice" else variant
+            adv = mine.rows(scores.double(), uid, row, width) if variant != "wrong_slice" else \
+                mine.reference(scores.double().reshape(-1, width)).reshape(-1)
+            out["advantages"] = adv.to(out["advantages"].dtype)
+            return out
+
+    return Mine, mine
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("variant", ["healthy", "misaligned", "wrong_slice", "swapped_branch"])
+def test_your_own_estimator_is_the_reference_in_trl(variant, tiny_model_path, tmp_path):
+    """attach(trainer, config=MonitorConfig(std_convention=fn)): the user's estimator in a real GRPOTrainer is
+    quiet; misaligned rows, a wrong group slice or a swapped branch of it stop train()."""
+    cls, mine = _my_estimator_trainer(variant)
+    trainer = make_trainer(tiny_model_path, tmp_path / "out", trainer_cls=cls, max_steps=1,
+                           prompts=("spell a", "say bb"))
+    monitor = gtrl.attach(trainer, config=MonitorConfig(std_convention=mine.reference,
+                                                        repro_dir=str(tmp_path / "repro")), sinks=None)
+    assert monitor.config.std_convention == "custom.my_estimator.reference"
+    if variant == "healthy":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer.train()
+        callback = next(c for c in trainer.callback_handler.callbacks if isinstance(c, gtrl.GRPOMonitorCallback))
+        assert trainer.state.global_step == 1
+        assert [v for r in callback.reports for v in r.violations if v.severity == "error"] == []
+        return
+    with pytest.raises(InvariantViolation) as info:
+        trainer.train()
+    assert {v.invariant for v in info.value.violations} & {"convention", "affine_in_rewards", "zero_group_mean"}

@@ -132,3 +132,23 @@ def test_summed_reward_columns_skip_nulls(tmp_path):
     m = read_jsonl(result.log)[0]["metrics"]
     assert m["grpo/rows/unscorable"] == 1
     assert m["grpo/reward/mean"] == pytest.approx((1.0 + 0.75 + 2.0) / 3)
+
+
+def test_your_own_estimator_as_the_reference(tmp_path):
+    """--estimator MODULE:FUNCTION: your function replayed on the recorded rewards; the shifted group is an error
+    from the step it started, nothing before."""
+    module = tmp_path / "mine.py"
+    module.write_text("def z(r):\n"
+                      "    c = r - r.mean(1, keepdim=True)\n"
+                      "    return c / (((c * c).mean(1, keepdim=True)).sqrt() + 1e-6)\n")
+    path = tmp_path / "rollouts.jsonl"
+    with open(path, "w") as f:
+        for r in make_rows():
+            f.write(json.dumps(r) + "\n")
+    spec = f"{module}:z"
+    result = scan_rollouts(path, tmp_path / "scan", quiet=True, group_size=G, report=False, tensorboard=False,
+                           estimator=spec)
+    records = read_jsonl(result.log)
+    broken = sorted({r["step"] for r in records for v in r.get("violations", []) if v["severity"] == "error"})
+    assert broken and broken[0] == BROKEN_FROM
+    assert all(r["convention"] == spec for r in records if r["step"] < BROKEN_FROM and "convention" in r)

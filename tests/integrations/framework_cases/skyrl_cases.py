@@ -84,6 +84,30 @@ def broken_batch_std(package: str) -> dict:
         registry.register("grpo", real)
 
 
+def my_estimator(variant: str) -> dict:
+    """A user's own estimator registered in SkyRL's registry, declared with MonitorConfig(std_convention=fn)."""
+    import my_estimator as mine
+
+    registry = new_utils.AdvantageEstimatorRegistry
+
+    def user_estimator(token_level_rewards, response_mask, index, **kwargs):
+        adv = mine.rows(token_level_rewards.sum(-1), np.asarray(index), variant, G)[:, None] * response_mask
+        return adv, adv
+
+    registry.register("mine", user_estimator)
+    att = gsk.attach(config=MonitorConfig(std_convention=mine.reference, **config_kwargs()))
+    try:
+        rewards, mask, uid = batch(0, pad=0)
+        new_utils.compute_advantages_and_returns(
+            token_level_rewards=rewards, response_mask=mask, index=uid, adv_estimator="mine",
+            config=OmegaConf.create({"advantage_estimator": "mine"}), values=None, grpo_norm_by_std=True,
+            gamma=1.0, lambd=1.0)
+        return summary(att)
+    finally:
+        gsk.detach()
+        registry.unregister("mine")
+
+
 def estimator_changes() -> dict:
     """The monitor is declared by the first call; a later call with another estimator is not checked (one warning)."""
     att = gsk.attach(config=MonitorConfig(**config_kwargs()))
@@ -115,6 +139,8 @@ CASES = {
     "skyrl-reinforce++": lambda: healthy("skyrl", "reinforce++"),
     **{f"{pkg}-broken_batch_std": (lambda pkg=pkg: broken_batch_std(pkg)) for pkg in PACKAGES},
     "estimator_changes": estimator_changes,
+    **{f"mine-{v}": (lambda v=v: my_estimator(v)) for v in ("healthy", "misaligned", "wrong_slice",
+                                                              "swapped_branch")},
     "detach_restores": detach_restores,
 }
 
