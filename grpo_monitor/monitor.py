@@ -38,18 +38,18 @@ from .stats.groups import group_reward_stats
 from .stats.rollout import rollout_stats
 from .step import inputs
 from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
-from .step.checks import breached_promises, rollout_findings, token_violations, violation
+from .step.checks import breached_promises, rollout_findings, token_violations
 from .step.distributed import rank_and_world
-from .step.guard import Faults, fail_open, locked
+from .step.guard import Faults, NotCopyable, fail_open, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
-from .step.weights import LossWeights, summarize
+from .step.weights import LossWeights
 from .violations import InvariantViolation, Violation
 
 log = logging.getLogger("grpo_monitor")
 
 
-class GRPOMonitor:
+class GRPOMonitor(NotCopyable):
     """Watches a GRPO run: call ``observe_rollout`` / ``observe_loss`` during a step, then ``end_step``.
 
     >>> mon = GRPOMonitor(MonitorConfig(group_size=4))
@@ -79,8 +79,6 @@ class GRPOMonitor:
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step
         self._weights = LossWeights()  # the loss's token weights: the step's rows, the rollout they index
-        self._weights_metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by _check)
-        self._weights_histograms: dict[str, list[float]] = {}
         self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
         self._integration: tuple[str, dict[str, Any]] | None = None  # declare_integration()
         self._run_record_due = True  # the next report carries the run record (report.run)
@@ -253,7 +251,8 @@ class GRPOMonitor:
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
         if synced.weights is not None:
-            found += self._guarded_weights(self._check_weights, synced.weights, synced.all_weights) or []
+            found += self._guarded_weights(self._weights.check, synced.weights, synced.all_weights, self.config,
+                                           self.step) or []
         return found
 
     def _guarded_weights(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -270,18 +269,6 @@ class GRPOMonitor:
             self._fault("weights")
             self._weights.end_step()
             return None
-
-    def _check_weights(self, flat: torch.Tensor, every_rank: tuple | None) -> list[Violation]:
-        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
-        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
-        ref = self._weights.reference
-        summary = summarize(flat.numpy(), self.config, ref.labels if ref is not None else None, every_rank)
-        self._weights_metrics = summary.metrics
-        self._weights_histograms = summary.histograms
-        if summary.offending is None:
-            return []
-        return [violation("loss_aggregation", self.step, summary.offending, self.config, summary.groups,
-                          count=summary.count)]
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
         """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
@@ -343,8 +330,8 @@ class GRPOMonitor:
                 raise
             self._guard.report_fault(self.step)
             report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
-        report.metrics.update(self._weights_metrics)
-        report.histograms.update(self._weights_histograms)
+        report.metrics.update(self._weights.metrics)
+        report.histograms.update(self._weights.histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics.update(self._guard.health(self.sinks.dropped()))
         if self._run_record_due:
@@ -360,7 +347,6 @@ class GRPOMonitor:
         self._acc = Accumulator()
         self._extra = {}
         self._weights.end_step()
-        self._weights_metrics, self._weights_histograms = {}, {}
 
     # ----------------------------------------------------------- fail-open
     @property
@@ -448,19 +434,6 @@ class GRPOMonitor:
                 warnings.warn(f"grpo-monitor: step {self.step} was observed but not ended when the with-block "
                               f"raised {exc_type.__name__}; its data is not reported", RuntimeWarning, stacklevel=2)
             self._close(failed=True)
-
-    def __reduce_ex__(self, protocol: Any) -> Any:
-        raise TypeError(
-            "GRPOMonitor cannot be pickled or copied: it owns open sinks (a JSONL file descriptor, a W&B run) that "
-            "a copy would share. Carry its state instead: state = monitor.state_dict(); then "
-            "GRPOMonitor(config, sinks).load_state_dict(state) in the other process"
-        )
-
-    def __deepcopy__(self, memo: Any) -> Any:
-        return self.__reduce_ex__(None)
-
-    def __copy__(self) -> Any:
-        return self.__reduce_ex__(None)
 
     @property
     def tracked_questions(self) -> int:

@@ -238,3 +238,20 @@ class Faults:
         else:
             log.error("grpo-monitor: internal error assembling the report of step %d (%d so far)",
                       step, self.report_faults)
+
+
+class NotCopyable:
+    """Refuses ``copy``, ``deepcopy`` and ``pickle``: a monitor owns open sinks that a copy would share."""
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        raise TypeError(
+            "GRPOMonitor cannot be pickled or copied: it owns open sinks (a JSONL file descriptor, a W&B run) that "
+            "a copy would share. Carry its state instead: state = monitor.state_dict(); then "
+            "GRPOMonitor(config, sinks).load_state_dict(state) in the other process"
+        )
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self.__reduce_ex__(None)
+
+    def __copy__(self) -> Any:
+        return self.__reduce_ex__(None)

@@ -43,6 +43,8 @@ class LossWeights:
         self.rows: list[torch.Tensor] = []
         self.announced: set[str] = set()
         self.pending: list[str] = []  # reasons seen inside a trace, announced at the step's end (eagerly)
+        self.metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by check)
+        self.histograms: dict[str, list[float]] = {}
 
     def set_reference(self, gid: torch.Tensor, degenerate: torch.Tensor, labels: Sequence[Hashable]) -> None:
         """``observe_rollout``'s rows: ``observe_loss(rows=)`` indexes them."""
@@ -101,9 +103,21 @@ class LossWeights:
             return None
         return torch.cat([r.to(self.rows[0].device) for r in self.rows]).reshape(-1)
 
+    def check(self, flat: torch.Tensor, every_rank: tuple | None, config: Any, step: int) -> list[Any]:
+        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
+        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
+        from .checks import violation
+
+        ref = self.reference
+        summary = summarize(flat.numpy(), config, ref.labels if ref is not None else None, every_rank)
+        self.metrics, self.histograms = summary.metrics, summary.histograms
+        if summary.offending is None:
+            return []
+        return [violation("loss_aggregation", step, summary.offending, config, summary.groups, count=summary.count)]
+
     def end_step(self) -> None:
-        """The next step starts without rows (the reference rollout stays)."""
-        self.rows = []
+        """The next step starts without rows or metrics (the reference rollout stays)."""
+        self.rows, self.metrics, self.histograms = [], {}, {}
 
 
 @dataclasses.dataclass(frozen=True)
