@@ -45,12 +45,11 @@ def _timed(name: str, fn):
 
 
 def _instrument() -> None:
-    from grpo_monitor import monitor
     from grpo_monitor.step import weights as loss_weights
 
     loss_weights.measure_weights = _timed("grad", loss_weights.measure_weights)
     loss_weights.row_records = _timed("rows", loss_weights.row_records)
-    monitor.summarize = _timed("summary", monitor.summarize)
+    loss_weights.summarize = _timed("summary", loss_weights.summarize)
 
 
 def main() -> None:

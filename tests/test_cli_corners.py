@@ -196,5 +196,5 @@ def test_trl_example_says_its_none_rewards_are_on_purpose():
     note = next(node.value.value for node in tree.body if isinstance(node, ast.Assign)
                 and getattr(node.targets[0], "id", None) == "UNSCORABLE_NOTE")
     assert "returns None" in note and "All reward functions returned None" in note and "on purpose" in note
-    main_src = ast.get_source_segment(source, next(n for n in tree.body if getattr(n, "name", "") == "main"))
+    main_src = ast.get_source_segment(source, next(n for n in tree.body if getattr(n, "name", "") == "train"))
     assert main_src.index("print(UNSCORABLE_NOTE") < main_src.index("trainer.train()")
