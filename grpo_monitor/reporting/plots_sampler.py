@@ -29,6 +29,8 @@ from .plots_core import (
 #: Healthy numerical noise of grpo/mismatch/k3_mean (nats per token) measured in docs/mismatch.md over 200 steps
 #: of a real tiny LM: the float32 KV-cache sampler's median up to the bf16 sampler's maximum.
 NOISE_K3 = (8.7e-14, 1.7e-4)
+#: About how tall (pixels) the entropy panel's axes are, and the band height below which its line covers it.
+_AXES_PX, _BAND_PX = 150.0, 12.0
 _SPLIT = (("grpo/groups/degenerate_low_rate", "#d62728", "all unsolved (every row at the lowest reward)"),
           ("grpo/groups/degenerate_high_rate", "#2ca02c", "all solved (every row at the highest reward)"),
           ("grpo/groups/degenerate_other_rate", "#7f7f7f", "other degenerate (equal, between)"))
@@ -83,7 +85,10 @@ def draw_split(run: RunData):
     fig, (ax,) = figure(1, height=3.4)
     stacks = [np.nan_to_num(logged[k], nan=0.0) for k, _, _ in present]  # a step without a key: nothing stacked
     if stacks:
-        ax.stackplot(run.steps, *stacks, colors=[c for _, c, _ in present], alpha=0.55,
+        x = run.steps.astype(float)
+        if len(x) == 1:  # one step: a bar 0.8 steps wide, since an area over one point has no width
+            x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
+        ax.stackplot(x, *stacks, colors=[c for _, c, _ in present], alpha=0.55,
                      labels=[f"{lab} ({k.rsplit('/', 1)[1]})" for k, _, lab in present])
     line(ax, run, truncated, ORANGE, "truncated rows (grpo/rows/truncated_rate)", "-")
     percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
@@ -100,13 +105,21 @@ def draw_entropy(run: RunData):
         return None
     fig, axes = figure(2, height=2.6)
     ax = axes[0]
+    band = None
     if mean is not None and std is not None:
-        ax.fill_between(run.steps, mean - std, mean + std, color=BLUE, alpha=0.2, lw=0,
-                        label="+-1 std over valid tokens (grpo/entropy/std)")
+        band = ax.fill_between(run.steps, mean - std, mean + std, color=BLUE, alpha=0.3, lw=0)
     line(ax, run, mean, BLUE, "grpo/entropy/mean", "-")
     extra = [] if mean is None or std is None else [*(mean - std), *(mean + std)]
     fit_ylim(ax, min_span=0.05, extra=extra)
-    finish(ax, run, "nats", "Trainer's per-token entropy over valid tokens")
+    title = "Trainer's per-token entropy over valid tokens"
+    if band is not None and std is not None:
+        widest = float(np.nanmax(2 * std)) if np.isfinite(std).any() else 0.0
+        lo, hi = ax.get_ylim()
+        if widest / (hi - lo) * _AXES_PX > _BAND_PX:  # else the line covers the band: say so instead
+            band.set_label("+-1 std over valid tokens (grpo/entropy/std)")
+        else:
+            title += f" (+-1 std band thinner than the line: std at most {widest / 2:.2g} nats)"
+    finish(ax, run, "nats", title)
     ax = axes[1]
     line(ax, run, low, ORANGE, f"tokens below entropy_low_threshold = {_low_threshold(run):g} nats", "-")
     percent(ax)
