@@ -63,7 +63,9 @@ def fit_whitened(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray) ->
     Whitening over tokens is ``(x - mu) / sigma`` with ``mu`` and ``sigma`` weighted by each
     row's token count, which the rollout does not carry; any weights give the same ``x`` up
     to one affine map, so ``alpha > 0`` and ``beta`` are fitted by least squares over the
-    scorable rows. Returns (max group residual / typical |advantage|, per-group residuals, groups).
+    scorable rows. Whatever the weights, a whitened batch averages to 0 under positive weights,
+    so advantages all of one sign (a forgotten centring shifted every group alike) never fit.
+    Returns (max group residual / typical |advantage|, per-group residuals, groups).
     """
     ref = est(r, g)
     valid = ~np.isnan(est.row_rewards(r))
@@ -76,7 +78,8 @@ def fit_whitened(est: Estimator, r: np.ndarray, g: np.ndarray, a: np.ndarray) ->
     live = np.bincount(inv, np.abs(x - np.bincount(inv, x)[inv] / np.bincount(inv)[inv])) > 0
     typ = float(np.median(np.abs(y[live[inv]]))) if live.any() else 1.0
     per_group = rms / (typ if typ > 0 else 1.0)
-    if not alpha > 0:
+    one_sign = len(y) > 0 and (y.min() >= 0 or y.max() <= 0) and bool(np.abs(y).max() > 0)
+    if not alpha > 0 or one_sign:
         per_group = np.full_like(per_group, np.inf)
     return float(per_group.max(initial=0.0)), per_group, groups
 

@@ -188,3 +188,16 @@ def test_a_wrong_group_slice_on_binary_rewards_is_caught_once_declared(tmp_path)
     mon = GRPOMonitor(MonitorConfig(group_size=G, std_convention="trl.group", repro_dir=str(tmp_path)))
     with pytest.raises(InvariantViolation):
         mon.observe_rollout(torch.from_numpy(r), advantages=torch.from_numpy(a))
+
+
+def test_a_shift_that_leaves_every_advantage_positive_is_no_whitening():
+    """Forgotten centring that shifts every group alike (all advantages positive) stays an error under "auto":
+    whatever its token counts, a whitened batch averages to 0, so it has advantages of both signs."""
+    import torch
+
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+
+    mon = GRPOMonitor(MonitorConfig(group_size=2, on_violation="ignore"))
+    mon.observe_rollout(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), advantages=torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
+    report = mon.end_step()
+    assert [(v.invariant, v.severity) for v in report.violations] == [("zero_group_mean", "error")]
