@@ -51,8 +51,8 @@ def test_report_cli_writes_pngs_and_self_contained_html(ds_run, capsys):
     assert main(["report", str(ds_run)]) == 0
     assert "report.html" in capsys.readouterr().out
     pngs = {p.stem: p.read_bytes() for p in (ds_run / "plots").glob("*.png")}
-    # a clean run has no violations figure; the demo passes no loss= to observe_loss, so no weights figure
-    assert set(pngs) == {f.name for f in FIGURES} - {"violations", "weights"}
+    # a clean run has no violations figure; the demo passes no loss=, sampler_logprobs= or entropy= to observe_loss
+    assert set(pngs) == {f.name for f in FIGURES} - {"violations", "weights", "mismatch", "entropy"}
     for name, data in pngs.items():
         width, height = _png_size(data)
         assert width == 900 and 200 <= height <= 1000, name

@@ -33,7 +33,8 @@ pytestmark = pytest.mark.skipif(
 
 #: The status banner's background per variant (the .ok / .warn / .fail CSS colours).
 BANNER = {"clean-demo": (0xDA, 0xFB, 0xE1), "failing": (0xFF, 0xEB, 0xE9), "short-1-step": (0xDA, 0xFB, 0xE1),
-          "short-3-steps": (0xDA, 0xFB, 0xE1), "no-ledger-no-tokens": (0xFF, 0xF8, 0xC5)}
+          "short-3-steps": (0xDA, 0xFB, 0xE1), "no-ledger-no-tokens": (0xFF, 0xF8, 0xC5),
+          "sampler-side": (0xDA, 0xFB, 0xE1)}
 
 
 def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess:
@@ -102,7 +103,7 @@ def test_screenshot_shows_the_banner_of_the_variant(rendered, tmp_path):
 
 
 # ---------------------------------------------------------------- legends: every entry's series is visible
-LEGEND_VARIANTS = ("clean-demo", "failing", "short-1-step")
+LEGEND_VARIANTS = ("clean-demo", "failing", "short-1-step", "sampler-side")
 
 
 def _hidden_entries(log: Path) -> dict[str, list[str]]:
@@ -123,7 +124,7 @@ def test_every_legend_entry_is_visible(rendered):
     """In every figure, each legend entry's series shows at least 35% of its own pixels as it looks on its own."""
     name, log, _, _ = rendered
     if name not in LEGEND_VARIANTS:
-        pytest.skip("legend pixels are checked on the demo, the failing loop and the 1-step run")
+        pytest.skip("legend pixels are checked on the demo, the failing loop, the 1-step run and the sampler-side run")
     assert {k: v for k, v in _hidden_entries(log).items() if v} == {}
 
 

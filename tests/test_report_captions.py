@@ -116,6 +116,16 @@ LABELS: dict[str, str | tuple[str, str]] = {
     "the live-token fraction": "grpo/tokens/live_fraction",
     "responses generated per retained group": "grpo/sampling/responses_per_retained_group",
     "the retention rate": "grpo/sampling/retention_rate",
+    "the mismatch KL k3 per token": "grpo/mismatch/k3_mean",
+    "the largest mismatch KL k3 per token": "grpo/mismatch/k3_mean",
+    "the mean token importance weight": "grpo/mismatch/ratio_mean",
+    "the share of all-unsolved groups": "grpo/groups/degenerate_low_rate",
+    "the share of all-solved groups": "grpo/groups/degenerate_high_rate",
+    "the share of other degenerate groups": "grpo/groups/degenerate_other_rate",
+    "the truncated-row rate": "grpo/rows/truncated_rate",
+    "the mean entropy per token": "grpo/entropy/mean",
+    "the entropy std": "grpo/entropy/std",
+    "the share of low-entropy tokens": "grpo/entropy/low_frac",
 }
 
 NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?%?"
@@ -140,6 +150,7 @@ SHAPES = {
     "violations": r"(?P<n>\d+) violations? of (?P<k>\d+) invariants?: (?P<listed>.+)",
     "stopped": r"The breach at step (?P<s>\d+) stopped the run \(X\)",
     "no_iid": r"This log has no iid prediction: .+",
+    "no_truncation": r"This log has no truncation rate: .+",
 }
 
 
@@ -256,9 +267,14 @@ def _no_iid(log: Log, m: re.Match) -> None:
         assert not np.isfinite(log.series(key)).any()
 
 
+def _no_truncation(log: Log, m: re.Match) -> None:
+    assert not np.isfinite(log.series("grpo/rows/truncated_rate")).any()
+
+
 CHECKS = {"went": _went, "stayed": _went, "partial": _partial, "only": _only, "every": _every, "peak": _peak,
           "single": _single, "groups": _groups, "over_run": _over_run, "colour": _colour, "convention": _convention,
-          "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped, "no_iid": _no_iid}
+          "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped, "no_iid": _no_iid,
+          "no_truncation": _no_truncation}
 
 
 def degenerate_totals(log: Log) -> tuple[int, float, float]:

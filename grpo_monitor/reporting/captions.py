@@ -189,6 +189,43 @@ def sampling(run: RunData) -> str:
     return sentences(parts)
 
 
+def mismatch(run: RunData) -> str:
+    from .plots_sampler import NOISE_K3, tolerance
+
+    parts = [f"Mismatch between the sampler's log-probs and the trainer's, D = trainer - sampler per valid token: "
+             f"above the error threshold mismatch_k3 = {tolerance(run, 'mismatch_k3'):g} nats (this run's config) "
+             f"the mismatch is a defect, the green band ({NOISE_K3[0]:g} to {NOISE_K3[1]:g}) is the numerical noise "
+             f"measured in docs/mismatch.md; importance weights average to 1 within "
+             f"+-{tolerance(run, 'mismatch_ratio_bias'):g} when the sampler reports what it sampled",
+             _change(run, "the mismatch KL k3 per token", "grpo/mismatch/k3_mean", "{:.3g}"),
+             peak(run, "the largest mismatch KL k3 per token", run.series("grpo/mismatch/k3_mean"), "{:.3g}"),
+             _change(run, "the mean token importance weight", "grpo/mismatch/ratio_mean", "{:.4f}"),
+             _breaches(run, "mismatch")]
+    return sentences(parts)
+
+
+def split(run: RunData) -> str:
+    parts = ["Degenerate groups by kind, stacked as shares of all groups (they add up to the degenerate rate): all "
+             "unsolved, all solved, or equal at another reward; the line is the share of rows cut at the length limit",
+             _change(run, "the share of all-unsolved groups", "grpo/groups/degenerate_low_rate", _RATE),
+             _change(run, "the share of all-solved groups", "grpo/groups/degenerate_high_rate", _RATE),
+             _change(run, "the share of other degenerate groups", "grpo/groups/degenerate_other_rate", _RATE),
+             _change(run, "the truncated-row rate", "grpo/rows/truncated_rate", _RATE)]
+    if not run.has("grpo/rows/truncated_rate"):
+        parts.append("This log has no truncation rate: observe_rollout logs it with truncated= (or lengths= and "
+                     "MonitorConfig(max_response_length=...))")
+    return sentences(parts)
+
+
+def entropy(run: RunData) -> str:
+    parts = ["The trainer's per-token entropy over valid tokens (band: +-1 std); a collapse towards 0 or a steady "
+             "rise is the policy becoming deterministic or diffusing",
+             _change(run, "the mean entropy per token", "grpo/entropy/mean", "{:.3f}"),
+             _change(run, "the entropy std", "grpo/entropy/std", "{:.3f}"),
+             _change(run, "the share of low-entropy tokens", "grpo/entropy/low_frac", _RATE)]
+    return sentences(parts)
+
+
 def violations(run: RunData) -> str:
     by_name: dict[str, list[int]] = {}
     for mark in run.violations:
@@ -203,5 +240,5 @@ def violations(run: RunData) -> str:
 CAPTIONS: dict[str, Callable[[RunData], str]] = {
     "violations": violations, "degenerate": degenerate, "prompts": prompts, "question_std": question_std,
     "advantages": advantages, "convention": convention, "overdispersion_stuck": overdispersion_stuck, "kl": kl,
-    "ratio": ratio, "tokens": tokens, "sampling": sampling,
+    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch, "split": split, "entropy": entropy,
 }

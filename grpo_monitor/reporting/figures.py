@@ -7,7 +7,7 @@ run lacks gets a note saying which call logs its principal key (from the metric 
 
 from __future__ import annotations
 
-from . import captions, plots, plots_tokens
+from . import captions, plots, plots_sampler, plots_tokens
 from .notes import advice
 from .plots_core import FigureSpec
 
@@ -37,6 +37,14 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("ratio", "Importance ratio and clipping",
                ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
                plots_tokens.draw_ratio, captions.ratio),
+    FigureSpec("mismatch", "Training-inference mismatch",
+               ("grpo/mismatch/k3_mean", "grpo/mismatch/ratio_mean"), plots_sampler.draw_mismatch, captions.mismatch),
+    FigureSpec("split", "Truncation and the degenerate split",
+               ("grpo/groups/degenerate_low_rate", "grpo/groups/degenerate_high_rate",
+                "grpo/groups/degenerate_other_rate", "grpo/rows/truncated_rate"),
+               plots_sampler.draw_split, captions.split),
+    FigureSpec("entropy", "Entropy", ("grpo/entropy/mean", "grpo/entropy/std", "grpo/entropy/low_frac"),
+               plots_sampler.draw_entropy, captions.entropy),
     FigureSpec("tokens", "Response length and live tokens",
                ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction"),
                plots_tokens.draw_tokens, captions.tokens),
@@ -52,7 +60,7 @@ FIGURES: tuple[FigureSpec, ...] = (
 def how_to_log(spec: FigureSpec, integration: str = "api", settings: dict | None = None) -> str:
     """What a run from ``integration`` does to get the figure's principal key (:func:`.notes.advice`).
 
-    >>> how_to_log(FIGURES[-4])
+    >>> how_to_log(next(f for f in FIGURES if f.name == "kl"))
     'logged when you call observe_loss with logprobs, ref_logprobs'
     """
     return advice(spec.keys[0], integration, settings or {})

@@ -36,6 +36,11 @@ _NO_LEDGER = ("the {who} integration does not observe generation rounds; with dy
 _NO_RATIO = ("the {who} integration does not observe the policy loss's old log-probs; call "
              "monitor.observe_loss(mask=..., logprobs=..., old_logprobs=...) in your loss")
 
+_NO_SAMPLER = ("the {who} integration found no rollout log-probs in this run; have the inference engine return "
+               "them, or call monitor.observe_loss(mask=..., logprobs=..., sampler_logprobs=...) in your loss")
+_NO_ENTROPY = ("the {who} integration does not see per-token entropies; call monitor.observe_loss(mask=..., "
+               "entropy=...) where the policy loss computes them")
+
 #: (family, integration) -> what to do, with ``{setting}`` fields filled from the run record's settings.
 NO_DATA: dict[tuple[str, str], str] = {
     # TRL (GRPOTrainer through grpo_monitor.integrations.trl.attach)
@@ -51,7 +56,18 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/weights/", "trl"): "the TRL integration measures the loss's token weights from the policy log-probs of "
                               "each loss; none reached it in this run (see docs/integrations.md for the loss types "
                               "and masks it declares)",
+    ("grpo/mismatch/", "trl"): "set use_vllm=True and vllm_importance_sampling_correction=True in GRPOConfig (this "
+                               "run: use_vllm = {use_vllm}) (this run: vllm_importance_sampling_correction = "
+                               "{vllm_importance_sampling_correction}); TRL then keeps sampling_per_token_logps, "
+                               "the sampler's log-probs the mismatch statistics compare with the trainer's",
+    ("grpo/entropy/", "trl"): "the TRL integration passes TRL's own per-token entropies; none reached it in this run "
+                              "(TRL computes them for the loss, see docs/integrations.md)",
     # verl (grpo_monitor.integrations.verl.attach)
+    ("grpo/mismatch/", "verl"): "the rollout must return its log-probs: set "
+                                "actor_rollout_ref.rollout.calculate_log_probs=True (default False), so the DataProto "
+                                "carries rollout_log_probs beside old_log_probs",
+    ("grpo/entropy/", "verl"): "the verl integration sees the driver's DataProto, which holds no per-token entropies; "
+                               "call monitor.observe_loss(mask=..., entropy=...) where the actor computes them",
     ("grpo/weights/", "verl"): "declare the actor's loss aggregation: MonitorConfig(group_size=n, "
                                "**grpo_monitor.integrations.verl.loss_config(cfg.actor_rollout_ref.actor)); to "
                                "measure the weights, call observe_loss(..., loss=) where agg_loss runs",
@@ -80,10 +96,18 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/adv/", "openrlhf"): _DECLARE,
     ("grpo/adv/", "skyrl"): _DECLARE,
     ("grpo/adv/", "areal"): _DECLARE,
+    ("grpo/mismatch/", "openrlhf"): _NO_SAMPLER,
+    ("grpo/mismatch/", "skyrl"): _NO_SAMPLER,
+    ("grpo/mismatch/", "areal"): _NO_SAMPLER,
+    ("grpo/entropy/", "openrlhf"): _NO_ENTROPY,
+    ("grpo/entropy/", "skyrl"): _NO_ENTROPY,
+    ("grpo/entropy/", "areal"): _NO_ENTROPY,
     # grpo-monitor scan (a finished run's recorded rollouts)
     ("grpo/kl/", "scan"): "a scan sees the recorded rewards (and advantages), not log-probs",
     ("grpo/ratio/", "scan"): "a scan sees the recorded rewards (and advantages), not log-probs",
     ("grpo/tokens/", "scan"): "a scan sees no token masks",
+    ("grpo/mismatch/", "scan"): "a scan sees the recorded rewards (and advantages), not log-probs",
+    ("grpo/entropy/", "scan"): "a scan sees the recorded rewards (and advantages), not entropies",
     ("grpo/adv/", "scan"): "record the advantages beside the rewards (a column the scan reads) to check them",
     ("grpo/sampling/responses_per_retained_group", "scan"): "a scan sees the trained groups only",
     ("grpo/groups/overdispersion", "scan"): "needs a prompt or question column and 0/1 rewards",
