@@ -126,6 +126,7 @@ class TrackioSink(Sink):
         trainer's first entry carries its own: re-send the merged config with this sink's entries."""
         if self._params and not self._owns_run and getattr(self._run, "_config_logged", False):
             self._run._config_logged = False
+            _merge_into_queued_configs(self._run)
 
     def log_report(self, report: StepReport) -> None:
         """One entry with the scalars, histograms and (when due) tables of the step; an alert per violation."""
@@ -154,6 +155,18 @@ class TrackioSink(Sink):
                       level=trackio.AlertLevel.ERROR)
         if owned:
             run.finish()
+
+
+def _merge_into_queued_configs(run: Any) -> None:
+    """A batch keeps the config of its first entry that carries one: an entry of the trainer still queued
+    with the config as it was before ours was merged would win over ours. Give those entries the merged one."""
+    lock, queued = getattr(run, "_queue_lock", None), getattr(run, "_queued_logs", None)
+    if lock is None or not isinstance(queued, list):
+        return
+    with lock:
+        for entry in queued:
+            if isinstance(entry, dict) and entry.get("config"):
+                entry["config"] = {**entry["config"], **dict(run.config)}
 
 
 def _cell(value: Any) -> Any:

@@ -19,6 +19,11 @@ from grpo_monitor.testing import RecordingSink  # noqa: E402
 def store(tmp_path, monkeypatch):
     """A file tracking store in tmp_path (MLflow 3 needs MLFLOW_ALLOW_FILE_STORE for it)."""
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # An earlier test's trainer (transformers' MLflowCallback) may have set an experiment of another store,
+    # in mlflow's module state and in MLFLOW_EXPERIMENT_ID: start each test with none active.
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_ID", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     uri = (tmp_path / "mlruns").as_uri()
     mlflow.set_tracking_uri(uri)
     yield uri
