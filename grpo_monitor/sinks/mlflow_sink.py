@@ -10,7 +10,6 @@ the training thread by :meth:`MLflowSink.capture`, then written through an
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import json
 import os
 import sys
@@ -18,7 +17,7 @@ import time
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
 from .rows import ScheduledTables, cell
 
@@ -27,14 +26,6 @@ _BATCH, _PARAM_CHARS = 1000, 6000
 #: Run ids of trainers' runs a breach ended: at interpreter exit their fluent run ends FAILED, not FINISHED.
 _FAILED_RUNS: set[str] = set()
 _HOOKED = False
-
-
-def _require_mlflow() -> None:
-    if importlib.util.find_spec("mlflow") is None:
-        raise ModuleNotFoundError(
-            "MLflowSink needs the `mlflow` package (mlflow-skinny is enough); install it with "
-            "`pip install grpo-monitor[mlflow]`"
-        )
 
 
 class MLflowSink(ScheduledTables, Sink):
@@ -88,7 +79,7 @@ class MLflowSink(ScheduledTables, Sink):
     def client(self) -> Any:
         """The ``mlflow.MlflowClient`` written through (created on first access)."""
         if self._client is None:
-            _require_mlflow()
+            require("mlflow", "MLflowSink needs the `mlflow` package (mlflow-skinny is enough)", "mlflow")
             from mlflow import MlflowClient
 
             self._client = MlflowClient(tracking_uri=self.tracking_uri)

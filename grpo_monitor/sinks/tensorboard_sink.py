@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import KNOWN_KEYS, charts, section_of
 from .rows import finite
 
@@ -61,11 +60,7 @@ class TensorBoardSink(Sink):
     def writer(self) -> SummaryWriter:
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access)."""
         if self._writer is None:
-            if importlib.util.find_spec("tensorboard") is None:
-                raise ModuleNotFoundError(
-                    "TensorBoardSink needs the `tensorboard` package; install it with "
-                    "`pip install grpo-monitor[tensorboard]`"
-                )
+            require("tensorboard", "TensorBoardSink needs the `tensorboard` package", "tensorboard")
             from torch.utils.tensorboard import SummaryWriter
 
             self._writer = SummaryWriter(log_dir=self.log_dir, **self.writer_kwargs)

@@ -9,22 +9,14 @@ when a run is opened or a value built; ``capture`` looks only at a trackio alrea
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
 from .rows import ScheduledTables, alert_level, finite, history_row, table_columns, table_data
-
-
-def _require_trackio() -> None:
-    if importlib.util.find_spec("trackio") is None:
-        raise ModuleNotFoundError(
-            "TrackioSink needs the `trackio` package; install it with `pip install grpo-monitor[trackio]`"
-        )
 
 
 class TrackioSink(ScheduledTables, Sink):
@@ -63,7 +55,7 @@ class TrackioSink(ScheduledTables, Sink):
     def run(self) -> Any:
         """The ``trackio.Run`` written to (captured, given, or opened on first access)."""
         if self._run is None:
-            _require_trackio()
+            require("trackio", "TrackioSink needs the `trackio` package", "trackio")
             import trackio
 
             kwargs = dict(self.init_kwargs)

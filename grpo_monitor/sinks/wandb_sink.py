@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from typing import Any
 
 from ..catalog.metrics import summary_for
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
 from .rows import QUESTION_COLUMNS, ScheduledTables, alert_level, finite, history_row, table_columns, table_data
 
 __all__ = ["QUESTION_COLUMNS", "WandbSink"]
-
-
-def _require_wandb() -> None:
-    if importlib.util.find_spec("wandb") is None:
-        raise ModuleNotFoundError(
-            "WandbSink needs the `wandb` package; install it with `pip install grpo-monitor[wandb]`"
-        )
 
 
 class WandbSink(ScheduledTables, Sink):
@@ -64,7 +56,7 @@ class WandbSink(ScheduledTables, Sink):
     def run(self):
         """The W&B run written to (attached or opened on first access)."""
         if self._run is None:
-            _require_wandb()
+            require("wandb", "WandbSink needs the `wandb` package", "wandb")
             import wandb
 
             if self.attach_to_active_run and wandb.run is not None:
