@@ -150,8 +150,9 @@ class QuestionHistory:
         response_counts = np.bincount(codes, weights=n, minlength=m).astype(np.int64)
         last_group = np.full(m, -1, dtype=np.int64)
         np.maximum.at(last_group, codes, np.arange(len(codes)))
-        split = _split_counts(codes, m, _optional(kinds, len(codes), "kinds"), _optional(truncated, len(codes),
-                              "truncated"), n if rows is None else _optional(rows, len(codes), "rows"))
+        all_rows = _optional(rows, len(codes), "rows")
+        split = _split_counts(codes, m, _optional(kinds, len(codes), "kinds"),
+                              _optional(truncated, len(codes), "truncated"), n if all_rows is None else all_rows)
         items = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
                     response_counts.tolist(), stds[last_group].tolist(), split.T.tolist(), strict=True)
         for qid, n_seen, n_drop, s_sum, r_count, std, counts_ in items:  # one pass over distinct questions

@@ -78,7 +78,8 @@ class RunState:
         if groups is None or not (groups.kept or groups.generated or len(groups.adv)):
             return RunUpdate(metrics)
         binary = (rollout or {}).get("nonbinary", 0) == 0 and (ledger or {}).get("generated_nonbinary", 0) == 0
-        metrics.update(self.questions.update(step, groups.kept, groups.generated, binary, _reward_range(rollout, groups)))
+        span = _reward_range(rollout, groups)
+        metrics.update(self.questions.update(step, groups.kept, groups.generated, binary, span))
         table = None
         if step % self.config.table_every == 0 and len(self.questions.history):
             table = self.questions.table(self.config.table_rows)

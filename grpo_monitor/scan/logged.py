@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..files.reading import check_regular
+from ..files.reading import InputFileError, check_regular
 from .columns import ScanInputError, describe
 
 
@@ -206,3 +206,32 @@ def _from_jsonl(path: Path) -> LoggedMetrics:
             for tag, value in data.items():
                 out.add(record["step"], tag, value)
     return out
+
+
+def recorded_metrics(metrics: str | Path | None, reader: Any) -> LoggedMetrics | None:
+    """The run's logged sampler-side metrics: from ``metrics``, else from the scanned W&B run itself."""
+    if metrics is not None:
+        return read_logged(metrics)
+    if reader.format == "trl-wandb" and any(Path(reader.source).glob("run-*.wandb")):
+        try:
+            return read_logged(reader.source)
+        except (InputFileError, ImportError) as exc:  # the tables are still scanned
+            reader.notes.append(f"the W&B run's logged metrics could not be read: {exc}")
+    return None
+
+
+def logged_notes(logged: LoggedMetrics | None, result: Any) -> list[str]:
+    """What the logged metrics gave: the keys mapped, and logged steps no recorded rollout matched."""
+    if logged is None:
+        return []
+    result.logged_keys = {tag: entry.key for tag, entry in sorted(logged.found.items())}
+    if not logged.found:
+        return [f"{logged.source}: no sampler-side metric the monitor maps (docs/scan.md, \"The trainer's own "
+                "metrics\")"]
+    keys = ", ".join(f"{tag} -> {key}" for tag, key in result.logged_keys.items())
+    notes = [f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the monitor's keys at "
+             f"{result.logged_steps} step(s): {keys}"]
+    missed = len(logged.by_step) - result.logged_steps
+    if missed > 0:
+        notes.append(f"{missed} step(s) of the logged metrics have no recorded rollouts and are not shown")
+    return notes

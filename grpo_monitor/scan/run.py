@@ -29,7 +29,7 @@ from ..files.writing import OutputDir
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
 from .groups import build_groups
-from .logged import LoggedMetrics, read_logged
+from .logged import LoggedMetrics, logged_notes, recorded_metrics
 from .prefetch import StepInfo, prefetched_steps
 from .progress import DelayedProgress
 from .summary import ViolationLog
@@ -276,35 +276,6 @@ def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: C
     with OutputDir(out) as folder:
         folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
     return result
-
-
-def recorded_metrics(metrics: str | Path | None, reader: Any) -> LoggedMetrics | None:
-    """The run's logged sampler-side metrics: from ``metrics``, else from the scanned W&B run itself."""
-    if metrics is not None:
-        return read_logged(metrics)
-    if reader.format == "trl-wandb" and any(Path(reader.source).glob("run-*.wandb")):
-        try:
-            return read_logged(reader.source)
-        except (InputFileError, ImportError) as exc:  # the tables are still scanned
-            reader.notes.append(f"the W&B run's logged metrics could not be read: {exc}")
-    return None
-
-
-def logged_notes(logged: LoggedMetrics | None, result: ScanResult) -> list[str]:
-    """What the logged metrics gave: the keys mapped, and logged steps no recorded rollout matched."""
-    if logged is None:
-        return []
-    result.logged_keys = {tag: entry.key for tag, entry in sorted(logged.found.items())}
-    if not logged.found:
-        return [f"{logged.source}: no sampler-side metric the monitor maps (docs/scan.md, \"The trainer's own "
-                "metrics\")"]
-    keys = ", ".join(f"{tag} -> {key}" for tag, key in result.logged_keys.items())
-    notes = [f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the monitor's keys at "
-             f"{result.logged_steps} step(s): {keys}"]
-    missed = len(logged.by_step) - result.logged_steps
-    if missed > 0:
-        notes.append(f"{missed} step(s) of the logged metrics have no recorded rollouts and are not shown")
-    return notes
 
 
 def _gather_notes(result: ScanResult, read: list[str]) -> None:

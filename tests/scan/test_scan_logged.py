@@ -42,7 +42,8 @@ def reference(old, sampler, mask, lengths, entropy) -> dict[str, float]:
     m = mask.numpy() > 0
     d = (old.numpy() - sampler.numpy())[m]
     return {"grpo/mismatch/k1_mean": float(np.mean(-d)), "grpo/mismatch/k3_mean": float(np.mean(np.expm1(d) - d)),
-            "grpo/mismatch/abs_diff_mean": float(np.mean(np.abs(d))), "grpo/mismatch/abs_diff_max": float(np.max(np.abs(d))),
+            "grpo/mismatch/abs_diff_mean": float(np.mean(np.abs(d))),
+            "grpo/mismatch/abs_diff_max": float(np.max(np.abs(d))),
             "grpo/entropy/mean": float(np.mean(entropy.numpy()[m])),
             "grpo/rows/truncated_rate": float(np.mean(lengths.numpy() == T))}
 
