@@ -205,3 +205,19 @@ def test_summary_shows_the_logged_families(tmp_path, verl_recordings):
     text = format_summary(result)
     assert "mismatch k3 (nats/token)" in text and "entropy (nats/token)" in text and "truncated rows" in text
     assert not math.isnan(refs[1]["grpo/mismatch/k3_mean"])
+
+
+def test_cli_metrics_option(tmp_path, verl_recordings, capsys):
+    """`grpo-monitor scan ROLLOUTS --metrics verl_metrics.jsonl`: exit 0, the summary shows the mismatch rows; a
+    missing recording is exit 2 with the path named."""
+    from grpo_monitor.cli import main
+
+    jsonl, _, _ = verl_recordings
+    rollouts = write_rollouts(tmp_path / "rollouts.jsonl")
+    assert main(["scan", str(rollouts), "-G", str(G), "--metrics", str(jsonl), "--out", str(tmp_path / "o"),
+                 "--no-report"]) == 0
+    out = capsys.readouterr().out
+    assert "mismatch k3 (nats/token)" in out and "rollout_corr/k3_kl -> grpo/mismatch/k3_mean" in out
+    assert main(["scan", str(rollouts), "-G", str(G), "--metrics", str(tmp_path / "nope"), "--out",
+                 str(tmp_path / "o2"), "--no-report"]) == 2
+    assert "nope: no such file" in capsys.readouterr().err
