@@ -259,8 +259,7 @@ class QuestionHistory:
 
 def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:
     rate = record.success_sum / record.response_count if record.response_count else math.nan
-    cut = record.truncated_rows / record.truncation_rows if record.truncation_rows else math.nan
-    return {
+    row = {
         "question_id": question_id,
         "success_rate": rate,
         "reward_std": record.last_reward_std,
@@ -269,9 +268,11 @@ def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:
         "degenerate_low": record.degenerate_low,
         "degenerate_high": record.degenerate_high,
         "degenerate_other": record.degenerate_other,
-        "truncated_rate": cut,
-        "degenerate_truncated": record.degenerate_truncated,
     }
+    if record.truncation_rows:  # only for questions whose truncation was given
+        row.update(truncated_rate=record.truncated_rows / record.truncation_rows,
+                   degenerate_truncated=record.degenerate_truncated)
+    return row
 
 
 #: The split counters of a record, in the order :func:`_split_counts` returns them.
