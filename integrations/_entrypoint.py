@@ -342,8 +342,8 @@ class Slot:
     def release(self) -> None:
         """Restore what the attachment replaced and close a monitor it built (no-op when not attached); cancel
         an attach still waiting for an import."""
-        if self.pending is not None:
-            self.pending, watch = None, self.pending
+        watch, self.pending = self.pending, None
+        if watch is not None:
             watch.cancel()
         if self.current is not None:
             state, self.current = self.current, None

@@ -25,9 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from grpo_monitor.integrations._on_import import when_imported
-
 from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._on_import import when_imported
 from grpo_monitor.sinks.auto import sinks_from_specs
 
 if TYPE_CHECKING:
