@@ -23,7 +23,9 @@ shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left ou
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
 advantages observed are the estimator's. SkyRL's trainer runs in a Ray task
 (``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
-``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``.
+``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``, which
+wraps the dispatcher when that process first imports ``ppo_utils`` (a hook must not import it:
+its import creates SkyRL's registry actors).
 ``sinks="auto"`` follows ``trainer.logger`` (the run SkyRL's ``Tracking`` opened) and falls
 back to ``<trainer.export_path>/grpo-monitor/monitor.jsonl``.
 """
