@@ -3,8 +3,9 @@
 An attach in Ray's ``worker_process_setup_hook`` runs before the worker has received its
 first task. Ray cannot submit a task or create an actor from there: under Ray 2.51 and
 2.60 ``ActorClass.remote()`` in a setup hook aborts the worker (``CoreWorker::
-OverrideTaskOrActorRuntimeEnvInfo``, ``SharedLruCache::Put`` check ``value != nullptr``)
-before the actor it was started for runs. A framework module whose import submits to Ray
+OverrideTaskOrActorRuntimeEnvInfo`` hands back the worker's current runtime env, which only
+its first task sets, and ``SharedLruCache::Put`` checks ``value != nullptr``) before the
+actor it was started for runs. A framework module whose import submits to Ray
 (SkyRL's ``ppo_utils`` registers its estimators and losses into a named ``RegistryActor``
 at import time when Ray is initialized) must therefore not be imported by the hook. An
 :class:`ImportWatch` defers the attach instead: it patches the module when the trainer's
