@@ -221,3 +221,24 @@ def test_cli_metrics_option(tmp_path, verl_recordings, capsys):
     assert main(["scan", str(rollouts), "-G", str(G), "--metrics", str(tmp_path / "nope"), "--out",
                  str(tmp_path / "o2"), "--no-report"]) == 2
     assert "nope: no such file" in capsys.readouterr().err
+
+
+def test_nemo_rl_token_mult_prob_error_from_tensorboard(tmp_path):
+    """NeMo-RL's train/token_mult_prob_error (its logger: SummaryWriter.add_scalar("train/<name>", value, step)),
+    computed with its formula, is grpo/mismatch/mult_prob_error = mean of exp|Delta| over valid tokens."""
+    pytest.importorskip("tensorboard")
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
+    refs = {}
+    for step, (old, sampler, mask, _, _) in enumerate(token_batches(2), 1):
+        lp_error = torch.abs(sampler - old).float()  # generation_logprobs - prev_logprobs
+        mult = (torch.exp(lp_error * mask.float()) * mask.float()).sum() / mask.sum()  # masked_mean of NeMo-RL
+        writer.add_scalar("train/token_mult_prob_error", float(mult), step)
+        m = mask.numpy() > 0
+        refs[step] = float(np.mean(np.exp(np.abs(old.numpy() - sampler.numpy())[m])))
+    writer.close()
+    by_step, result = scanned(tmp_path, tmp_path / "tb")
+    for step, ref in refs.items():
+        assert by_step[step]["grpo/mismatch/mult_prob_error"] == pytest.approx(ref, rel=1e-6), step
+    assert result.logged_keys == {"train/token_mult_prob_error": "grpo/mismatch/mult_prob_error"}
