@@ -220,8 +220,10 @@ def recorded_metrics(metrics: str | Path | None, reader: Any) -> LoggedMetrics |
     return None
 
 
-def logged_notes(logged: LoggedMetrics | None, result: Any) -> list[str]:
-    """What the logged metrics gave: the keys mapped, and logged steps no recorded rollout matched."""
+def logged_notes(logged: LoggedMetrics | None, result: Any, mismatch_k3: float) -> list[str]:
+    """What the logged metrics gave: the keys mapped, logged steps no recorded rollout matched, and the steps
+    whose recorded ``grpo/mismatch/k3_mean`` is above ``mismatch_k3`` (the same quantity the invariant tests;
+    a note, not a violation: the token log-probs are not there to tell the cause)."""
     if logged is None:
         return []
     result.logged_keys = {tag: entry.key for tag, entry in sorted(logged.found.items())}
@@ -234,4 +236,12 @@ def logged_notes(logged: LoggedMetrics | None, result: Any) -> list[str]:
     missed = len(logged.by_step) - result.logged_steps
     if missed > 0:
         notes.append(f"{missed} step(s) of the logged metrics have no recorded rollouts and are not shown")
+    high = sorted(s for s, m in logged.by_step.items() if m.get("grpo/mismatch/k3_mean", 0.0) > mismatch_k3)
+    if high:
+        from .summary import step_ranges
+
+        notes.append(f"the recorded mismatch KL (k3) is above mismatch_k3 = {mismatch_k3:g} nats per token at "
+                     f"{len(high)} step(s): {step_ranges(high)}; numerical noise stays below it (docs/mismatch.md): "
+                     "a sampler lagging the trainer, log-probs before temperature, shifted tokens or another "
+                     "model's log-probs")
     return notes

@@ -272,7 +272,7 @@ def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: C
     steps = prefetched_steps(reader.source, reader.format, columns, config.group_size, found) if ahead else \
         _in_process(reader, config.group_size)
     _feed(steps, config, sinks, result, progress, logged)
-    _gather_notes(result, reader.notes + found + logged_notes(logged, result))
+    _gather_notes(result, reader.notes + found + logged_notes(logged, result, config.tolerances.mismatch_k3))
     with OutputDir(out) as folder:
         folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
     return result
