@@ -170,6 +170,14 @@ class GRPOMonitor(NotCopyable):
         """
         self._extra.update(inputs.user_metrics(metrics))
 
+    @locked
+    def _add_recorded(self, metrics: dict[str, float]) -> None:
+        """Values a trainer recorded for the monitor's own keys (``grpo-monitor scan`` reading a run's logged
+        metrics, :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values
+        first. Finite numbers only; not for user code (``add_metrics`` is)."""
+        for key, value in metrics.items():
+            self._extra[key] = inputs.finite_number(key, value)
+
     # -------------------------------------------------------------------- step
     @fail_open("end_step")
     def end_step(self, step: int | None = None) -> StepReport:
@@ -285,13 +293,10 @@ class GRPOMonitor(NotCopyable):
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part``, drop its data; announce it once when it is off for the run."""
+        """Log an internal fault of ``part`` and drop what it gathered this step (so the step end does not trip
+        on it); announce it once when it is off for the run."""
         if self._guard.record(part, self.step):
             self._guard.announce(part, self.step, self.sinks)
-        self._drop(part)
-
-    def _drop(self, part: str) -> None:
-        """Forget what a failed part gathered this step, so the step end does not trip on it."""
         self._acc.drop(part)
         if part in ("loss", "weights"):
             self._weights.end_step()

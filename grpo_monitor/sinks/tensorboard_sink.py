@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..report import StepReport
-from .base import Sink, require
+from .base import Sink
 from .layout import KNOWN_KEYS, charts, section_of
 from .rows import finite
 
@@ -58,12 +59,24 @@ class TensorBoardSink(Sink):
 
     @property
     def writer(self) -> SummaryWriter:
-        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access)."""
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access); ``tensorboardX``'s, which
+        writes the same event files, when only that is installed (AReaL's TensorBoard writer)."""
         if self._writer is None:
-            require("tensorboard", "TensorBoardSink needs the `tensorboard` package", "tensorboard")
-            from torch.utils.tensorboard import SummaryWriter
+            kwargs = dict(self.writer_kwargs)
+            if importlib.util.find_spec("tensorboard") is not None:
+                from torch.utils.tensorboard import SummaryWriter
+            elif importlib.util.find_spec("tensorboardX") is not None:
+                from tensorboardX import SummaryWriter  # type: ignore[no-redef]
 
-            self._writer = SummaryWriter(log_dir=self.log_dir, **self.writer_kwargs)
+                # tensorboardX names its file by second and host only: a trainer's writer opened in the same
+                # folder and second (AReaL's) would share, and lose, the file
+                kwargs.setdefault("filename_suffix", f".{os.getpid()}.grpo-monitor")
+            else:
+                raise ModuleNotFoundError(
+                    "TensorBoardSink needs the `tensorboard` package (or `tensorboardX`); install it with "
+                    "`pip install grpo-monitor[tensorboard]`"
+                )
+            self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
         return self._writer
 
     def log(self, metrics: dict[str, float], step: int) -> None:

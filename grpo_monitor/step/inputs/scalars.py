@@ -76,11 +76,12 @@ def user_metrics(metrics: object) -> dict[str, float]:
             raise InputValueError(
                 f"metrics key {key!r} is in the monitor's own section 'grpo/{parts[1]}/'; "
                 "use your own prefix (e.g. 'grpo/user/...' or 'custom/...')")
-        out[key] = _finite(key, value)
+        out[key] = finite_number(key, value)
     return out
 
 
-def _finite(key: str, value: object) -> float:
+def finite_number(key: str, value: object) -> float:
+    """``metrics[key]``'s value as a float: a finite number, else a worded input error naming the key."""
     try:
         number = float(value)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - whatever float() refuses (a list, a multi-element tensor)
