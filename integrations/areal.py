@@ -31,6 +31,7 @@ passed, since AReaL whitens over every process's tokens and the replay fits that
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +40,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, trainer_setting
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -132,8 +133,11 @@ def attached() -> GRPOMonitor | None:
 
 # ------------------------------------------------------------------ the call
 def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
-    """Before the call: the declaration and whether a reference log-prob came with the batch."""
-    return Call(declared_estimator(actor.config), {"actor": actor, "has_ref": data.get("ref_logp") is not None})
+    """Before the call: the declaration, whether a reference log-prob came with the batch, and the
+    log-probs the call overwrites (the inference engine's ``logprobs``, the trainer's ``prox_logp``)."""
+    declared = dataclasses.replace(declared_estimator(actor.config), policy_lag=policy_lag(actor.config))
+    return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
+                           "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
 
 
 def _observer(state: Attachment):
@@ -161,8 +165,53 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     lengths = mask.sum(-1) if world == 1 else None
     advantages = out["advantages"]
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
-                            advantages=row_advantages(advantages, mask) if check else None)
+                            advantages=row_advantages(advantages, mask) if check else None,
+                            **rollout_sampler_inputs(actor.config, mask))
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
-    monitor.observe_loss(mask=mask, logprobs=out["logprobs"], advantages=advantages if check else None,
+    monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out), advantages=advantages if check else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
                          kl=kl if call.before["has_ref"] else None)
+
+
+# ------------------------------------------------------------ the sampler's side
+def logprob_inputs(before: dict[str, Any], out: dict) -> dict[str, torch.Tensor]:
+    """``observe_loss``'s log-prob arguments from one ``_compute_advantages`` call (no copy, no forward).
+
+    When the trainer recomputed the log-probs (``prox_logp`` set before the call: ``recompute_logprob``
+    or ``use_decoupled_loss`` with ``prox_logp_method`` recompute), ``logprobs`` = that ``prox_logp``
+    (the policy at the parameters about to be updated) and ``sampler_logprobs`` = the inference
+    engine's ``logprobs`` rolled by -1 as AReaL aligns them with the rolled ``loss_mask``. Without a
+    recompute the batch holds no trainer log-probs: ``logprobs`` = the call's ``logprobs`` (the
+    engine's) and no mismatch is measured.
+    """
+    trainer, sampler = before.get("trainer"), before.get("sampler")
+    if trainer is None or sampler is None:
+        return {"logprobs": out["logprobs"]}
+    return {"logprobs": trainer, "sampler_logprobs": torch.roll(sampler, shifts=-1, dims=-1)}
+
+
+def rollout_sampler_inputs(config: Any, loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``truncated``: the response length (``loss_mask.sum(-1)``, as AReaL's overlong penalty counts it)
+    at the actor's ``max_new_tokens``; nothing when the config has no limit.
+
+    >>> from types import SimpleNamespace as NS
+    >>> rollout_sampler_inputs(NS(max_new_tokens=2), torch.tensor([[0, 1, 1], [0, 1, 0]]))["truncated"].tolist()
+    [True, False]
+    """
+    limit = getattr(config, "max_new_tokens", None)
+    return {} if limit is None else {"truncated": loss_mask.sum(-1) >= int(limit)}
+
+
+def policy_lag(config: Any) -> int | None:
+    """The steps AReaL's sampler may lag its trainer by design: the trainer's ``rollout.max_head_offpolicyness``
+    when a caller up the stack holds it (``PPOTrainer.config``); else 1 under ``use_decoupled_loss`` (asynchronous
+    by design, staleness unknown), None otherwise (synchronous: the monitor's default, 0).
+
+    >>> from types import SimpleNamespace as NS
+    >>> policy_lag(NS(use_decoupled_loss=True)), policy_lag(NS(use_decoupled_loss=False))
+    (1, None)
+    """
+    offpolicy = trainer_setting(("config", "rollout", "max_head_offpolicyness"))
+    if isinstance(offpolicy, int) and not isinstance(offpolicy, bool):
+        return max(int(offpolicy), 0)
+    return 1 if getattr(config, "use_decoupled_loss", False) else None
