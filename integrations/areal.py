@@ -27,6 +27,11 @@ critic; batch-level reward means; other combinations) has no registry entry: rew
 groups are observed, advantages not. With ``torch.distributed`` each process observes its
 own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
 passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
+
+The sampler's side (:func:`logprob_inputs`, :func:`rollout_sampler_inputs`): the engine's
+``logprobs`` (saved before the call overwrites them) against the trainer's ``prox_logp`` when it
+was recomputed, truncation at ``max_new_tokens``; the decoupled (asynchronous) loss declares
+``max_policy_lag`` (:func:`policy_lag`).
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ def declared_estimator(config: Any) -> Declared:
     ...            group_size=8)
     >>> batch = NS(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5,
     ...            group_size=1)
-    >>> declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
-    Declared(estimator='areal.grpo', stabilizer=None, group_size=8, note='')
+    >>> d = declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
+    >>> d.estimator, d.group_size
+    ('areal.grpo', 8)
     """
     rn, an = _norm(config.reward_norm), _norm(config.adv_norm)
     if rn is None or rn[0] != "group" or rn[5] < 2:

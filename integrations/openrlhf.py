@@ -23,6 +23,10 @@ advantages also carry the KL returns; the row advantage checked is the outcome p
 advantage plus ``kl_coef`` times the KL summed from each token to the end), and the
 whitened ``reinforce_baseline`` is then not checkable.
 
+The sampler's side (:func:`experience_sampler_inputs`, :func:`rollout_sampler_inputs`): vLLM's
+``rollout_log_probs`` against ``action_log_probs`` per micro-batch, OpenRLHF's own
+``Experience.truncated`` per row; absent tensors leave their family out.
+
 :func:`attach` wraps the method on ``RemoteExperienceMaker`` and on every loaded subclass
 that overrides it. The method runs in the ``PPOTrainer`` actor's process: call ``attach()``
 there (``ray.init(runtime_env={"worker_process_setup_hook":

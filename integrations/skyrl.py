@@ -21,7 +21,10 @@ shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left ou
 =========================================  ==========================
 
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
-advantages observed are the estimator's. SkyRL's trainer runs in a Ray task
+advantages observed are the estimator's. The sampler's side comes from the ``TrainingInputBatch``
+the calling trainer method holds (:func:`find_training_input`, :func:`training_input_token_inputs`):
+``rollout_logprobs`` against ``action_log_probs`` over ``loss_mask``, truncation at
+``generator.sampling_params.max_generate_length`` for single-turn runs. SkyRL's trainer runs in a Ray task
 (``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
 ``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``.
 ``sinks="auto"`` follows ``trainer.logger`` (the run SkyRL's ``Tracking`` opened) and falls
@@ -36,6 +39,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -241,10 +245,10 @@ def find_training_input(response_mask: torch.Tensor, limit: int = _FRAMES) -> tu
     tensor: ``rows`` is None) or, for step-wise trajectories, ``data["response_mask"][is_last_step]``
     (``rows`` is ``is_last_step``); any other batch is not it. None when no caller holds one.
     """
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     try:
         for _ in range(limit):
-            frame = frame.f_back
+            frame = frame.f_back if frame is not None else None
             if frame is None:
                 return None
             for value in list(frame.f_locals.values()):

@@ -11,7 +11,9 @@ log-probs shifted by one token must raise the mismatch invariant out of the entr
 
 from __future__ import annotations
 
+import doctest
 import functools
+import importlib
 import json
 
 import numpy as np
@@ -20,7 +22,6 @@ import pytest
 from framework_venv import CASES, MARKER, run_in_venv
 from sampler_references import mismatch_reference, split_reference
 
-pytestmark = pytest.mark.slow
 FRAMEWORKS = ("openrlhf", "skyrl", "areal")
 HEALTHY = {"openrlhf": "healthy", "skyrl": "healthy", "areal": "recompute"}
 SHIFTED = {"openrlhf": "shifted_by_one", "skyrl": "shifted_by_one", "areal": "recompute_shifted_by_one"}
@@ -70,6 +71,7 @@ def reference(fed: dict) -> dict[str, float]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_healthy_sampler_is_quiet_and_every_key_equals_float64(framework):
     """On bfloat16-path noise the new families appear, each equal to its float64 recomputation, with no violation."""
@@ -87,6 +89,7 @@ def test_healthy_sampler_is_quiet_and_every_key_equals_float64(framework):
     assert metrics["grpo/mismatch/k3_mean"] < 1e-3, "bfloat16 noise is far below the error tolerance"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_log_probs_shifted_by_one_raise_mismatch_out_of_the_entry_point(framework):
     """Rollout log-probs shifted by one token raise InvariantViolation('mismatch') from the framework's own call."""
@@ -96,12 +99,14 @@ def test_log_probs_shifted_by_one_raise_mismatch_out_of_the_entry_point(framewor
     assert "mismatch KL k3" in case["message"] and "shifted by one" in case["message"]
 
 
+@pytest.mark.slow
 def test_openrlhf_another_models_log_probs_raise():
     """OpenRLHF experiences whose rollout log-probs come from another model raise the mismatch invariant."""
     case = results("openrlhf")["other_model"]
     assert case.get("raised") == "InvariantViolation" and case["invariants"] == ["mismatch"], case
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework, case", [("openrlhf", "without_rollout_logprobs"), ("skyrl", "dispatcher_alone"),
                                              ("areal", "without_recompute")])
 def test_without_both_log_probs_no_mismatch_is_reported(framework, case):
@@ -113,6 +118,7 @@ def test_without_both_log_probs_no_mismatch_is_reported(framework, case):
     assert "grpo/groups/degenerate_low_rate" in result["metrics"], "the split comes from the rewards alone"
 
 
+@pytest.mark.slow
 def test_skyrl_multi_turn_has_no_truncation_from_the_per_turn_limit():
     """SkyRL with max_turns > 1: max_generate_length limits each turn, so no row is called truncated by it."""
     case = results("skyrl")["multi_turn"]
@@ -120,6 +126,7 @@ def test_skyrl_multi_turn_has_no_truncation_from_the_per_turn_limit():
     assert "grpo/mismatch/k3_mean" in case["metrics"]
 
 
+@pytest.mark.slow
 def test_skyrl_padding_rows_are_left_out():
     """The row SkyRL's pad_batch appends (loss_mask 0, uid pad0) is not among the tokens or rows observed."""
     case = results("skyrl")["healthy"]
@@ -128,6 +135,7 @@ def test_skyrl_padding_rows_are_left_out():
         np.mean([float(t) for t in case["fed"]["truncated"]]))
 
 
+@pytest.mark.slow
 def test_areal_decoupled_loss_declares_the_lag_and_shows_stale_samplers_without_an_error():
     """AReaL's decoupled (asynchronous) loss declares max_policy_lag: a stale sampler is shown, not an error."""
     on_policy, decoupled = results("areal")["recompute"], results("areal")["decoupled"]
@@ -137,3 +145,10 @@ def test_areal_decoupled_loss_declares_the_lag_and_shows_stale_samplers_without_
     assert stale["metrics"]["grpo/mismatch/k3_mean"] > 1.0, "the lag's mismatch is still reported"
     for key, value in reference(stale["fed"]).items():
         assert stale["metrics"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_feeds_examples_run(framework):
+    """The docstring examples of each integration's sampler-side functions hold (no framework needed)."""
+    module = importlib.import_module(f"grpo_monitor.integrations.{framework}")
+    assert doctest.testmod(module).failed == 0

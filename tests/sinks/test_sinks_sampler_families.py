@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import glob
 
-import numpy as np
 import pytest
 import torch
 
 pytest.importorskip("wandb")
 pytest.importorskip("tensorboard")
 
-from sampler_references import mismatch_reference, split_reference  # noqa: E402
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
 from tensorboard.plugins.custom_scalar import layout_pb2  # noqa: E402
 
 from grpo_monitor import GRPOMonitor, MonitorConfig  # noqa: E402
 from grpo_monitor.sinks import TensorBoardSink, WandbSink  # noqa: E402
 from grpo_monitor.sinks import wandb_reader as R  # noqa: E402
+from sampler_references import mismatch_reference, split_reference  # noqa: E402
 
 G, GROUPS, T, VOCAB, STEPS = 4, 6, 12, 32, 3
 SPLIT_PANEL = "degenerate groups: unsolved / solved / other"
@@ -70,7 +69,8 @@ def expected(x: dict[str, torch.Tensor]) -> dict[str, float]:
 def written(tmp_path, wandb_offline):
     """Three monitored steps written to an offline W&B run and TensorBoard; (expected per step, W&B rows, TB,
     the monitor's reports)."""
-    mon = GRPOMonitor(MonitorConfig(group_size=G), sinks=[WandbSink(project="sampler"), TensorBoardSink(tmp_path / "tb")])
+    sinks = [WandbSink(project="sampler"), TensorBoardSink(tmp_path / "tb")]
+    mon = GRPOMonitor(MonitorConfig(group_size=G), sinks=sinks)
     steps, reports = [], []
     with mon:
         for step in range(STEPS):

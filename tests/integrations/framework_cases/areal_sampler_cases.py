@@ -52,7 +52,8 @@ def sampler_side(defect: str = "none", **kw) -> dict:
         mask = out["loss_mask"]
         return {"metrics": sampler_metrics(att), "max_policy_lag": att.monitor.config.max_policy_lag,
                 "violations": [[v.invariant, v.severity] for v in att.reports[-1].violations],
-                "fed": {"mask": listed(mask), "sampler": listed(fed_in["sampler"]), "trainer": listed(fed_in["trainer"]),
+                "fed": {"mask": listed(mask), "sampler": listed(fed_in["sampler"]),
+                        "trainer": listed(fed_in["trainer"]),
                         "rewards": listed(out["rewards"]), "group": (torch.arange(len(mask)) // G).tolist(),
                         "truncated": listed(mask.sum(-1) >= MAX_NEW)}}
     finally:

@@ -14,9 +14,7 @@ from _cases import config_kwargs, outcome_batch, run
 from _sampler import defective, listed, sampled_logprobs, sampler_metrics
 from grpo_monitor import MonitorConfig
 from grpo_monitor.integrations import openrlhf as gor
-from openrlhf_cases import G, MICRO, make_maker
-
-from openrlhf.trainer.ppo_utils.experience import Experience  # noqa: E402
+from openrlhf_cases import MICRO, Experience, G, make_maker  # loads OpenRLHF with its GPU stand-ins
 
 GROUPS, T = 6, 10
 
