@@ -173,6 +173,7 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
                             advantages=row_advantages(advantages, mask) if check else None,
                             **rollout_sampler_inputs(actor.config, mask))
+    _check_lag(state, monitor, call.declared.policy_lag)
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
     monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out), advantages=advantages if check else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
@@ -221,3 +222,13 @@ def policy_lag(config: Any) -> int | None:
     if isinstance(offpolicy, int) and not isinstance(offpolicy, bool):
         return max(int(offpolicy), 0)
     return 1 if getattr(config, "use_decoupled_loss", False) else None
+
+
+def _check_lag(state: Attachment, monitor: GRPOMonitor, lag: int | None) -> None:
+    """Warn once when the monitor allows less sampler lag than AReaL's config builds in (a monitor or
+    ``max_policy_lag`` the user gave): a stale sampler's mismatch then raises as a defect."""
+    if lag and monitor.config.max_policy_lag < lag:
+        state.warn_once("policy_lag", f"AReaL's config lets the sampler lag the trainer by design (use_decoupled_loss "
+                                      f"/ rollout.max_head_offpolicyness: {lag}) but the monitor declares "
+                                      f"max_policy_lag={monitor.config.max_policy_lag}, so that lag's mismatch raises; "
+                                      f"declare MonitorConfig(max_policy_lag={lag})")

@@ -147,6 +147,14 @@ def test_areal_decoupled_loss_declares_the_lag_and_shows_stale_samplers_without_
         assert stale["metrics"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
 
 
+@pytest.mark.slow
+def test_areal_user_monitor_without_the_lag_is_told_why_it_raises():
+    """A user's monitor with max_policy_lag=0 under AReaL's decoupled loss: a warning naming the fix, then the error."""
+    case = results("areal")["decoupled_with_a_strict_monitor"]
+    assert case.get("raised") == "InvariantViolation" and case["invariants"] == ["mismatch"], case
+    assert any("max_policy_lag=1" in w for w in case["warnings"]), case["warnings"]
+
+
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_the_feeds_examples_run(framework):
     """The docstring examples of each integration's sampler-side functions hold (no framework needed)."""

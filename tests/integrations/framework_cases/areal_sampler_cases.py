@@ -71,12 +71,26 @@ def without_recompute() -> dict:
         gar.detach()
 
 
+def decoupled_with_a_strict_monitor() -> dict:
+    """A monitor the user built with max_policy_lag=0 under the decoupled loss: one warning, then the error."""
+    from grpo_monitor import GRPOMonitor
+
+    a = actor(*NORMS["grpo"], max_new_tokens=MAX_NEW, use_decoupled_loss=True, recompute_logprob=True)
+    gar.attach(GRPOMonitor(MonitorConfig(**config_kwargs())))
+    try:
+        a._compute_advantages(batch("other_model"))
+        return {"raised": None}
+    finally:
+        gar.detach()
+
+
 CASES = {
     "recompute": sampler_side,
     "recompute_shifted_by_one": lambda: sampler_side("shift"),
     "decoupled": lambda: sampler_side(use_decoupled_loss=True),
     "decoupled_stale_sampler": lambda: sampler_side("other_model", use_decoupled_loss=True),
     "without_recompute": without_recompute,
+    "decoupled_with_a_strict_monitor": decoupled_with_a_strict_monitor,
 }
 
 if __name__ == "__main__":
