@@ -32,11 +32,22 @@ The sampler's side (:func:`logprob_inputs`, :func:`rollout_sampler_inputs`): the
 ``logprobs`` (saved before the call overwrites them) against the trainer's ``prox_logp`` when it
 was recomputed, truncation at ``max_new_tokens``; the decoupled (asynchronous) loss declares
 ``max_policy_lag`` (:func:`policy_lag`).
+
+``sinks="auto"`` follows AReaL's own trackers, ``stats_logger`` of the experiment config
+(read from the trainer calling ``compute_advantages``, e.g. ``PPOTrainer.config``; see
+:func:`tracker_settings`): W&B (``wandb.mode`` not ``disabled``: the run AReaL's
+``StatsLogger`` opened), Trackio (``trackio.mode``: AReaL's run), TensorBoard
+(``tensorboard.path``: the same folder); SwanLab has no sink and is named once in a
+warning; with none left, a JSONL log at ``<fileroot>/logs/<user>/<experiment>/<trial>/
+grpo-monitor/monitor.jsonl`` (AReaL's log folder), its path printed. Without a trainer
+config in reach (``PPOActor`` called directly, or a single-controller worker), an active,
+enabled W&B run is followed (not the no-op run ``wandb.init(mode="disabled")`` leaves).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import getpass
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -139,9 +150,11 @@ def attached() -> GRPOMonitor | None:
 
 # ------------------------------------------------------------------ the call
 def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
-    """Before the call: the declaration, whether a reference log-prob came with the batch, and the
-    log-probs the call overwrites (the inference engine's ``logprobs``, the trainer's ``prox_logp``)."""
-    declared = dataclasses.replace(declared_estimator(actor.config), policy_lag=policy_lag(actor.config))
+    """Before the call: the declaration (with the trainer's trackers), whether a reference log-prob came with
+    the batch, and the log-probs the call overwrites (the inference engine's ``logprobs``, the trainer's
+    ``prox_logp``)."""
+    declared = with_trackers(declared_estimator(actor.config), trainer_setting(("config", "stats_logger")))
+    declared = dataclasses.replace(declared, policy_lag=policy_lag(actor.config))
     return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
                            "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
 
@@ -178,6 +191,43 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out), advantages=advantages if check else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
                          kl=kl if call.before["has_ref"] else None)
+
+
+# ------------------------------------------------------------------ trackers
+_UNSET = ("", "???")  # omegaconf's MISSING
+
+
+def tracker_settings(stats_logger: Any) -> tuple[tuple[str, ...], str | None, str | None]:
+    """``(trackers, output_dir, tensorboard_dir)`` of an AReaL ``StatsLoggerConfig``.
+
+    ``trackers`` are those AReaL's ``StatsLogger`` logs to, in its order: ``wandb``,
+    ``swanlab``, ``trackio`` when their ``mode`` is not ``"disabled"``, ``tensorboard`` when
+    ``tensorboard.path`` is set. ``output_dir`` is ``StatsLogger.get_log_path``'s folder
+    (``<fileroot>/logs/<user>/<experiment_name>/<trial_name>``; None when one is unset).
+
+    >>> from types import SimpleNamespace as NS
+    >>> off = NS(mode="disabled")
+    >>> tracker_settings(NS(wandb=NS(mode="offline"), swanlab=NS(mode="local"), trackio=off,
+    ...                     tensorboard=NS(path="/tb"), experiment_name="e", trial_name="t", fileroot=""))
+    (('wandb', 'swanlab', 'tensorboard'), None, '/tb')
+    """
+    names = [name for name in ("wandb", "swanlab", "trackio")
+             if str(getattr(getattr(stats_logger, name, None), "mode", "disabled")) != "disabled"]
+    tensorboard = getattr(getattr(stats_logger, "tensorboard", None), "path", None)
+    if tensorboard not in (None, *_UNSET):
+        names.append("tensorboard")
+    parts = [getattr(stats_logger, k, None) for k in ("fileroot", "experiment_name", "trial_name")]
+    output = None if any(p is None or str(p) in _UNSET for p in parts) else \
+        f"{parts[0]}/logs/{getpass.getuser()}/{parts[1]}/{parts[2]}"
+    return tuple(names), output, (str(tensorboard) if "tensorboard" in names else None)
+
+
+def with_trackers(declared: Declared, stats_logger: Any) -> Declared:
+    """``declared`` with AReaL's trackers and log folder (for ``sinks="auto"``); unchanged without a config."""
+    if stats_logger is None:
+        return declared
+    trackers, output_dir, tensorboard_dir = tracker_settings(stats_logger)
+    return dataclasses.replace(declared, trackers=trackers, output_dir=output_dir, tensorboard_dir=tensorboard_dir)
 
 
 # ------------------------------------------------------------ the sampler's side
