@@ -15,9 +15,10 @@ import warnings
 
 import numpy as np
 import pytest
+import test_tokens_native
 import torch
 from test_tokens_mismatch import assert_close, sampler_metrics
-from test_tokens_native import assert_agrees, native, run_native  # noqa: F401 - the fixture
+from test_tokens_native import assert_agrees, op_args, run_native
 
 from grpo_monitor.stats.tokens import TOKEN_FIELDS, backends, combine_token_stats, token_inputs
 from grpo_monitor.stats.tokens import native_build as _native
@@ -25,6 +26,7 @@ from sampler_references import EDGES, mismatch_reference
 
 BAND, LOW = (0.5, 2.0), 0.01
 SAMPLER_SLOTS = [n for n, _ in TOKEN_FIELDS if n.startswith(("mm_", "ent_", "nll_"))]
+native = test_tokens_native.native  # the fixture: the kernel on, its calls counted
 
 
 def make_batch(seed: int, B: int = 9, T: int = 1029, scale: float = 0.05, old: bool = True, lp: bool = True,
@@ -298,8 +300,6 @@ def test_other_dtypes_take_the_eager_pass(native, dtype, which):
 # ----------------------------------------------------------------------------- inside torch.compile
 def test_custom_op_with_sampler_inputs_passes_opcheck(native):
     """The op with sampler log-probs and entropies: schema, fake (shape and dtype) and results check out."""
-    from test_tokens_native import op_args
-
     x = make_batch(33, B=8, T=100, garbage=0.0)
     x.update(advantages=torch.randn(8), ref_logprobs=x["logprobs"] - 0.1)
     torch.library.opcheck(backends.native_token_stats, op_args(x))
