@@ -13,6 +13,7 @@
  *   increment per token; the segment's bins are counted after its vector loop, into four
  *   copies of the row's counts that take alternate tokens, so repeated bins do not
  *   serialise on one memory cell;
+ * - a segment without a valid token (right padding) is read by the mask pass alone;
  * - token counts are integer lanes (a compare result subtracted as -1), which run on the
  *   integer units beside the floating-point work;
  * - both exponentials skip the range reduction when a whole vector of arguments is below
@@ -164,14 +165,19 @@ static float k3_scalar(float x) {
 }
 
 /* ---------------------------------------------------------------- the passes over a segment */
-static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
+/* Returns whether the segment holds a valid token: the other passes add nothing on padding (every
+ * input is zeroed there, a neutral element of every sum and of the maxima of absolute values; signed
+ * extrema take +-inf fills, the histogram's padding lanes its trash bin), so they skip such segments. */
+static int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
     __m256i cnt = A->cnt, nonbin = A->nonbin;
+    __m256 any = ZERO;
     __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, nll_sum = A->nll_sum;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     const float *sampled = sampled_of(S);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
         cnt = tally(cnt, valid);
+        any = _mm256_or_ps(any, valid);
         if (sampled) nll_sum = _mm256_add_ps(nll_sum, masked(valid, sampled, j)); /* sampled_nll_mean */
         nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
         if (adv2) {
@@ -184,6 +190,7 @@ static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
     }
     A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
     A->nll_sum = nll_sum;
+    return _mm256_movemask_ps(any) != 0;
 }
 
 static void pass_kl(const Seg *S, int64_t n, Acc *A) {
@@ -326,7 +333,7 @@ static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
 }
 
 static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
-    pass_mask_adv(S, n, in->adv_ndim == 2, A);
+    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A)) return;
     int kl = S->lp && S->ref, ratio = S->lp && S->old, mm = S->smp && trainer_of(S);
     if (kl) pass_kl(S, n, A);
     if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
