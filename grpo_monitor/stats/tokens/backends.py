@@ -27,6 +27,11 @@ tokens        native  compiled  eager  read-once floor
 8M, 1 thread  18.1    33.4      -      12.0
 ============  ======  ========  =====  ===============
 
+With ``sampler_logprobs`` and ``entropy`` (``--sampler``, seven inputs) the compiled pass takes a minute
+or more to build the |Delta| histogram's scatter and runs at ~20x the floor, so it declines them:
+they take the C kernel (1.5-1.6x the floor in CPU time on right-padded rows, 2.1x on dense ones;
+docs/mismatch.md, "Cost") or, elsewhere, the eager pass.
+
 First call in a process: native 0.4 s (building the library; 0.01 s once cached), compiled
 3-7 s with a warm inductor cache and 20 s cold, per combination of inputs. It keeps its
 place: 1.7-3.3x faster than the compiled pass at steady state (1.4-1.5x the floor against 2.6-4.6x),
