@@ -27,10 +27,27 @@ critic; batch-level reward means; other combinations) has no registry entry: rew
 groups are observed, advantages not. With ``torch.distributed`` each process observes its
 own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
 passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
+
+The sampler's side (:func:`logprob_inputs`, :func:`rollout_sampler_inputs`): the engine's
+``logprobs`` (saved before the call overwrites them) against the trainer's ``prox_logp`` when it
+was recomputed, truncation at ``max_new_tokens``; the decoupled (asynchronous) loss declares
+``max_policy_lag`` (:func:`policy_lag`).
+
+``sinks="auto"`` follows AReaL's own trackers, ``stats_logger`` of the experiment config
+(read from the trainer calling ``compute_advantages``, e.g. ``PPOTrainer.config``; see
+:func:`tracker_settings`): W&B (``wandb.mode`` not ``disabled``: the run AReaL's
+``StatsLogger`` opened), Trackio (``trackio.mode``: AReaL's run), TensorBoard
+(``tensorboard.path``: the same folder); SwanLab has no sink and is named once in a
+warning; with none left, a JSONL log at ``<fileroot>/logs/<user>/<experiment>/<trial>/
+grpo-monitor/monitor.jsonl`` (AReaL's log folder), its path printed. Without a trainer
+config in reach (``PPOActor`` called directly, or a single-controller worker), an active,
+enabled W&B run is followed (not the no-op run ``wandb.init(mode="disabled")`` leaves).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -39,7 +56,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, trainer_setting
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -68,8 +85,9 @@ def declared_estimator(config: Any) -> Declared:
     ...            group_size=8)
     >>> batch = NS(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5,
     ...            group_size=1)
-    >>> declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
-    Declared(estimator='areal.grpo', stabilizer=None, group_size=8, note='')
+    >>> d = declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
+    >>> d.estimator, d.group_size
+    ('areal.grpo', 8)
     """
     rn, an = _norm(config.reward_norm), _norm(config.adv_norm)
     if rn is None or rn[0] != "group" or rn[5] < 2:
@@ -132,8 +150,13 @@ def attached() -> GRPOMonitor | None:
 
 # ------------------------------------------------------------------ the call
 def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
-    """Before the call: the declaration and whether a reference log-prob came with the batch."""
-    return Call(declared_estimator(actor.config), {"actor": actor, "has_ref": data.get("ref_logp") is not None})
+    """Before the call: the declaration (with the trainer's trackers), whether a reference log-prob came with
+    the batch, and the log-probs the call overwrites (the inference engine's ``logprobs``, the trainer's
+    ``prox_logp``)."""
+    declared = with_trackers(declared_estimator(actor.config), trainer_setting(("config", "stats_logger")))
+    declared = dataclasses.replace(declared, policy_lag=policy_lag(actor.config))
+    return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
+                           "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
 
 
 def _observer(state: Attachment):
@@ -161,8 +184,101 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     lengths = mask.sum(-1) if world == 1 else None
     advantages = out["advantages"]
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
-                            advantages=row_advantages(advantages, mask) if check else None)
+                            advantages=row_advantages(advantages, mask) if check else None,
+                            **rollout_sampler_inputs(actor.config, mask))
+    _check_lag(state, monitor, call.declared.policy_lag)
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
-    monitor.observe_loss(mask=mask, logprobs=out["logprobs"], advantages=advantages if check else None,
+    monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out), advantages=advantages if check else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
                          kl=kl if call.before["has_ref"] else None)
+
+
+# ------------------------------------------------------------------ trackers
+_UNSET = ("", "???")  # omegaconf's MISSING
+
+
+def tracker_settings(stats_logger: Any) -> tuple[tuple[str, ...], str | None, str | None]:
+    """``(trackers, output_dir, tensorboard_dir)`` of an AReaL ``StatsLoggerConfig``.
+
+    ``trackers`` are those AReaL's ``StatsLogger`` logs to, in its order: ``wandb``,
+    ``swanlab``, ``trackio`` when their ``mode`` is not ``"disabled"``, ``tensorboard`` when
+    ``tensorboard.path`` is set. ``output_dir`` is ``StatsLogger.get_log_path``'s folder
+    (``<fileroot>/logs/<user>/<experiment_name>/<trial_name>``; None when one is unset).
+
+    >>> from types import SimpleNamespace as NS
+    >>> off = NS(mode="disabled")
+    >>> tracker_settings(NS(wandb=NS(mode="offline"), swanlab=NS(mode="local"), trackio=off,
+    ...                     tensorboard=NS(path="/tb"), experiment_name="e", trial_name="t", fileroot=""))
+    (('wandb', 'swanlab', 'tensorboard'), None, '/tb')
+    """
+    names = [name for name in ("wandb", "swanlab", "trackio")
+             if str(getattr(getattr(stats_logger, name, None), "mode", "disabled")) != "disabled"]
+    tensorboard = getattr(getattr(stats_logger, "tensorboard", None), "path", None)
+    if tensorboard not in (None, *_UNSET):
+        names.append("tensorboard")
+    parts = [getattr(stats_logger, k, None) for k in ("fileroot", "experiment_name", "trial_name")]
+    output = None if any(p is None or str(p) in _UNSET for p in parts) else \
+        f"{parts[0]}/logs/{getpass.getuser()}/{parts[1]}/{parts[2]}"
+    return tuple(names), output, (str(tensorboard) if "tensorboard" in names else None)
+
+
+def with_trackers(declared: Declared, stats_logger: Any) -> Declared:
+    """``declared`` with AReaL's trackers and log folder (for ``sinks="auto"``); unchanged without a config."""
+    if stats_logger is None:
+        return declared
+    trackers, output_dir, tensorboard_dir = tracker_settings(stats_logger)
+    return dataclasses.replace(declared, trackers=trackers, output_dir=output_dir, tensorboard_dir=tensorboard_dir)
+
+
+# ------------------------------------------------------------ the sampler's side
+def logprob_inputs(before: dict[str, Any], out: dict) -> dict[str, torch.Tensor]:
+    """``observe_loss``'s log-prob arguments from one ``_compute_advantages`` call (no copy, no forward).
+
+    When the trainer recomputed the log-probs (``prox_logp`` set before the call: ``recompute_logprob``
+    or ``use_decoupled_loss`` with ``prox_logp_method`` recompute), ``logprobs`` = that ``prox_logp``
+    (the policy at the parameters about to be updated) and ``sampler_logprobs`` = the inference
+    engine's ``logprobs`` rolled by -1 as AReaL aligns them with the rolled ``loss_mask``. Without a
+    recompute the batch holds no trainer log-probs: ``logprobs`` = the call's ``logprobs`` (the
+    engine's) and no mismatch is measured.
+    """
+    trainer, sampler = before.get("trainer"), before.get("sampler")
+    if trainer is None or sampler is None:
+        return {"logprobs": out["logprobs"]}
+    return {"logprobs": trainer, "sampler_logprobs": torch.roll(sampler, shifts=-1, dims=-1)}
+
+
+def rollout_sampler_inputs(config: Any, loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``truncated``: the response length (``loss_mask.sum(-1)``, as AReaL's overlong penalty counts it)
+    at the actor's ``max_new_tokens``; nothing when the config has no limit.
+
+    >>> from types import SimpleNamespace as NS
+    >>> rollout_sampler_inputs(NS(max_new_tokens=2), torch.tensor([[0, 1, 1], [0, 1, 0]]))["truncated"].tolist()
+    [True, False]
+    """
+    limit = getattr(config, "max_new_tokens", None)
+    return {} if limit is None else {"truncated": loss_mask.sum(-1) >= int(limit)}
+
+
+def policy_lag(config: Any) -> int | None:
+    """The steps AReaL's sampler may lag its trainer by design: the trainer's ``rollout.max_head_offpolicyness``
+    when a caller up the stack holds it (``PPOTrainer.config``); else 1 under ``use_decoupled_loss`` (asynchronous
+    by design, staleness unknown), None otherwise (synchronous: the monitor's default, 0).
+
+    >>> from types import SimpleNamespace as NS
+    >>> policy_lag(NS(use_decoupled_loss=True)), policy_lag(NS(use_decoupled_loss=False))
+    (1, None)
+    """
+    offpolicy = trainer_setting(("config", "rollout", "max_head_offpolicyness"))
+    if isinstance(offpolicy, int) and not isinstance(offpolicy, bool):
+        return max(int(offpolicy), 0)
+    return 1 if getattr(config, "use_decoupled_loss", False) else None
+
+
+def _check_lag(state: Attachment, monitor: GRPOMonitor, lag: int | None) -> None:
+    """Warn once when the monitor allows less sampler lag than AReaL's config builds in (a monitor or
+    ``max_policy_lag`` the user gave): a stale sampler's mismatch then raises as a defect."""
+    if lag and monitor.config.max_policy_lag < lag:
+        state.warn_once("policy_lag", f"AReaL's config lets the sampler lag the trainer by design (use_decoupled_loss "
+                                      f"/ rollout.max_head_offpolicyness: {lag}) but the monitor declares "
+                                      f"max_policy_lag={monitor.config.max_policy_lag}, so that lag's mismatch raises; "
+                                      f"declare MonitorConfig(max_policy_lag={lag})")
