@@ -1,7 +1,8 @@
 """Time the token statistics backends against a read-once floor (not a test: run it by hand).
 
     .venv/bin/python benchmarks/bench_loss.py [--sizes 1M,8M,32M] [--reps 9] [--threads N]
-        [--backends native,compiled,eager] [--spread 0.1] [--no-memory] [--no-trainer]
+        [--backends native,compiled,eager] [--spread 0.1] [--no-memory] [--no-trainer] [--sampler]
+        [--clock wall|cpu]
 
 For each size (``B x T`` float32 token tensors: mask, advantages, logprobs, ref_logprobs,
 old_logprobs; T = 4096) it times, after warm-up, each backend of
@@ -24,6 +25,10 @@ differences (default 0.1, as between a policy and its reference or sampler): the
 skips the exponentials' range reduction for vectors of 8 arguments all below 0.34 in
 magnitude, so ``--spread 1`` shows its slower case. At 1M tokens the five inputs (20 MiB)
 sit in the last-level cache, so the floor there is a cache read, not a memory read.
+``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the ``grpo/mismatch/*``
+and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
+time (all threads) instead of the wall clock: on a machine shared with other jobs it leaves
+out the time the threads wait descheduled (not what they lose to shared caches and memory).
 
 Peak extra memory of the selected backend (``monitor``) and of the trainer pattern is
 measured in a fresh subprocess per size: the rise of the peak resident set (``VmHWM``,
@@ -117,12 +122,16 @@ def trainer_pattern(x: dict[str, torch.Tensor], low: float = 0.2, high: float = 
     return out
 
 
+CLOCK: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+_clock = CLOCK["wall"]
+
+
 def run_times(fn: Callable[[], object], reps: int) -> list[float]:
     times = []
     for _ in range(reps):
-        t0 = time.perf_counter()
+        t0 = _clock()
         fn()
-        times.append(time.perf_counter() - t0)
+        times.append(_clock() - t0)
     return times
 
 
@@ -239,13 +248,17 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-memory", action="store_true", help="skip the per-size memory subprocess")
     ap.add_argument("--no-trainer", action="store_true", help="skip timing the trainer pattern")
     ap.add_argument("--sampler", action="store_true", help="add sampler_logprobs and entropy (seven inputs): the "
-                    "grpo/mismatch and grpo/entropy slots ride in the same pass; the C kernel passes them to compiled")
+                    "grpo/mismatch and grpo/entropy slots ride in the same pass")
+    ap.add_argument("--clock", choices=sorted(CLOCK), default="wall", help="wall clock (default) or process CPU "
+                    "time (all threads; leaves out descheduled waits on a shared machine)")
     ap.add_argument("--_memory", type=int, help=argparse.SUPPRESS)
     return ap.parse_args()
 
 
 def main() -> None:
     args = parse_args()
+    global _clock
+    _clock = CLOCK[args.clock]
     if args.threads:
         torch.set_num_threads(args.threads)
     if args._memory:
@@ -259,7 +272,7 @@ def main() -> None:
           f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {os.getloadavg()[0]:.1f}; float32 inputs "
           f"(mask, advantages, logprobs, ref_logprobs, old_logprobs{SAMPLER_INPUTS if args.sampler else ''}"
           f"), T = {T}, spread {args.spread}; "
-          f"{args.reps} runs after warm-up")
+          f"{args.reps} runs after warm-up; {args.clock} clock")
     print(f"{'tokens':>6} {'column':>9} {'median / min':>23} {'x floor':>8}  {'first':>8}")
     for label, tokens in parse_sizes(args.sizes):
         row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread, args.sampler)

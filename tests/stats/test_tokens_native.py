@@ -479,9 +479,11 @@ def test_seed_kl_table_through_the_kernel(native):
 
 # ----------------------------------------------------------------------------- inside torch.compile
 def op_args(x: dict) -> tuple:
-    """``x`` as the arguments of the custom op, with the default clip range and KL clamp."""
+    """``x`` as the arguments of the custom op, with the default clip range, KL clamp, mismatch band and
+    entropy threshold, and the slot count."""
     return (x["mask"], x["advantages"], x["logprobs"], x["ref_logprobs"], x["old_logprobs"], x.get("kl"),
-            math.log(0.8), math.log1p(0.2), True, -10.0, 10.0)
+            x.get("sampler_logprobs"), x.get("entropy"), math.log(0.8), math.log1p(0.2), True, -10.0, 10.0,
+            math.log(0.5), math.log(2.0), 0.01, len(TOKEN_FIELDS))
 
 
 def test_custom_op_passes_opcheck_and_agrees_with_eager(native):

@@ -27,6 +27,11 @@ tokens        native  compiled  eager  read-once floor
 8M, 1 thread  18.1    33.4      -      12.0
 ============  ======  ========  =====  ===============
 
+With ``sampler_logprobs`` and ``entropy`` (``--sampler``, seven inputs) the compiled pass takes a minute
+or more to build the |Delta| histogram's scatter and runs at ~20x the floor, so it declines them:
+they take the C kernel (1.5-1.6x the floor in CPU time on right-padded rows, 2.1x on dense ones;
+docs/mismatch.md, "Cost") or, elsewhere, the eager pass.
+
 First call in a process: native 0.4 s (building the library; 0.01 s once cached), compiled
 3-7 s with a warm inductor cache and 20 s cold, per combination of inputs. It keeps its
 place: 1.7-3.3x faster than the compiled pass at steady state (1.4-1.5x the floor against 2.6-4.6x),
@@ -131,7 +136,7 @@ class CompiledBackend:
     def accepts(self, x: TokenInputs) -> bool:
         """Not with sampler log-probs or entropies: inductor takes minutes to build the |Delta| histogram's
         scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
-        floor, so those inputs take the eager pass (one pass in row blocks) until the C kernel computes them."""
+        floor, so those inputs take the C kernel where it runs (CPU float32) and the eager pass otherwise."""
         return not self.broken and x.sampler_logprobs is None and x.entropy is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
@@ -186,17 +191,16 @@ class NativeBackend:
     def run(self, x: TokenInputs) -> torch.Tensor:
         if is_compiling() and native_token_stats is not None:
             clamp = x.clamp if x.clamp is not None else (0.0, 0.0)
-            return native_token_stats(x.mask, *x.values[:5], x.clip_log[0], x.clip_log[1], x.clamp is not None, *clamp)
+            return native_token_stats(x.mask, *x.values, x.clip_log[0], x.clip_log[1], x.clamp is not None, *clamp,
+                                      *x.band_log, x.entropy_low, len(FIELDS))
         vec = native_build.token_stats(x)
         return vec if vec is not None else EAGER.run(x)
 
 
 def _native_layout(x: TokenInputs) -> bool:
-    """CPU, contiguous, float32 values and a mask dtype the kernel reads; no sampler log-probs or entropies
-    (the C row function does not compute the mismatch and entropy slots: the compiled pass does)."""
+    """CPU, contiguous, float32 values and a mask dtype the kernel reads (every input, sampler log-probs and
+    entropies included: the C row function computes every slot)."""
     m = x.mask
-    if x.sampler_logprobs is not None or x.entropy is not None:
-        return False
     if m.device.type != "cpu" or m.dtype not in native_build.MASK_KINDS or not m.is_contiguous():
         return False
     present = [t for t in x.values if t is not None]
@@ -204,21 +208,30 @@ def _native_layout(x: TokenInputs) -> bool:
 
 
 def _native_op(mask: torch.Tensor, adv: torch.Tensor | None, lp: torch.Tensor | None, ref: torch.Tensor | None,
-               old: torch.Tensor | None, kl: torch.Tensor | None, clip_lo: float, clip_hi: float, has_clamp: bool,
-               clamp_lo: float, clamp_hi: float) -> torch.Tensor:
+               old: torch.Tensor | None, kl: torch.Tensor | None, sampler: torch.Tensor | None,
+               entropy: torch.Tensor | None, clip_lo: float, clip_hi: float, has_clamp: bool, clamp_lo: float,
+               clamp_hi: float, band_lo: float, band_hi: float, entropy_low: float, slots: int) -> torch.Tensor:
     """The C kernel as an operator; the eager backend should the library be unavailable (an op must return).
 
     Called only from compiled graphs: a custom op's first call costs about a second of
     dispatcher set-up, which eager callers skip by calling ``native_build.token_stats`` directly.
+    ``slots`` is the vector's length, ``len(FIELDS)``: an argument, so that it is a constant of
+    every graph holding the op and so part of inductor's cache key. (Without it, inductor's FX
+    graph cache served graphs compiled against an older field table, of 30 slots, whose size
+    check then failed on the 141 this version returns: the op's name and arguments were alike.)
     """
-    x = TokenInputs(mask, adv, lp, ref, old, kl, (clip_lo, clip_hi), (clamp_lo, clamp_hi) if has_clamp else None)
+    if slots != len(FIELDS):
+        raise ValueError(f"slots is {slots} but the field table has {len(FIELDS)}; pass len(FIELDS)")
+    x = TokenInputs(mask, adv, lp, ref, old, kl, (clip_lo, clip_hi), (clamp_lo, clamp_hi) if has_clamp else None,
+                    sampler, entropy, (band_lo, band_hi), entropy_low)
     vec = native_build.token_stats(x)
     return vec if vec is not None else EAGER.run(x)
 
 
-def _native_op_fake(mask, adv, lp, ref, old, kl, clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi) -> torch.Tensor:
-    """What the op returns, for tracing: an empty float64 vector, one slot per field."""
-    return mask.new_empty(len(FIELDS), dtype=torch.float64)
+def _native_op_fake(mask, adv, lp, ref, old, kl, sampler, entropy, clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi,
+                    band_lo, band_hi, entropy_low, slots) -> torch.Tensor:
+    """What the op returns, for tracing: an empty float64 vector of ``slots`` (one per field)."""
+    return mask.new_empty(slots, dtype=torch.float64)
 
 
 def _register_native_op():

@@ -36,7 +36,7 @@ import torch
 
 from ...repro.private_files import UnsafePathError, check_private, private_dir, user_private_dir
 from .arguments import TokenInputs
-from .table import TOKEN_FIELDS
+from .table import HIST_BINS, HIST_HIGH_EXP, HIST_LOW_EXP, TOKEN_FIELDS
 
 SOURCE = Path(__file__).with_name("native_kernel.c")
 FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
@@ -72,8 +72,10 @@ def token_stats(x: TokenInputs) -> torch.Tensor | None:
     adv = x.advantages
     lo, hi = x.clamp if x.clamp is not None else (0.0, 0.0)
     lib.grpo_token_stats(B, T, x.mask.data_ptr(), MASK_KINDS[x.mask.dtype], ptr(adv), 0 if adv is None else adv.dim(),
-                         ptr(x.logprobs), ptr(x.ref_logprobs), ptr(x.old_logprobs), ptr(x.kl), x.clip_log[0],
-                         x.clip_log[1], int(x.clamp is not None), lo, hi, threads, scratch.data_ptr(), out.data_ptr())
+                         ptr(x.logprobs), ptr(x.ref_logprobs), ptr(x.old_logprobs), ptr(x.kl),
+                         ptr(x.sampler_logprobs), ptr(x.entropy), x.clip_log[0], x.clip_log[1],
+                         int(x.clamp is not None), lo, hi, x.band_log[0], x.band_log[1], x.entropy_low, threads,
+                         scratch.data_ptr(), out.data_ptr())
     return out
 
 
@@ -90,12 +92,18 @@ def _library():
 
 
 def generated_header(fields: Sequence[tuple[str, str]] = TOKEN_FIELDS) -> str:
-    """The C declarations the field table implies: ``S_<name>`` slot enum, ``NFIELDS``, ``field_op`` and
-    the exported slot order ``grpo_token_fields`` (checked against ``TOKEN_FIELDS`` at load)."""
+    """The C declarations the field table implies: ``S_<name>`` slot enum, ``NFIELDS``, ``field_op``, the
+    |Delta| histogram's constants and the exported slot order ``grpo_token_fields`` (checked against
+    ``TOKEN_FIELDS`` at load). The kernel writes the histogram's slots as ``S_mm_hist_0 + bin``, so
+    they must be consecutive."""
     names = [name for name, _ in fields]
+    first = names.index("mm_hist_0")
+    if names[first:first + HIST_BINS] != [f"mm_hist_{i}" for i in range(HIST_BINS)]:
+        raise ValueError(f"the {HIST_BINS} mm_hist_* slots must be consecutive in TOKEN_FIELDS")
     return ("/* generated from TOKEN_FIELDS by grpo_monitor/stats/tokens/native_build.py */\n"
             f"enum {{ {', '.join(f'S_{n}' for n in names)}, NFIELDS }};\n"
             "enum { OP_SUM = 0, OP_MIN = 1, OP_MAX = 2 };\n"
+            f"enum {{ HIST_LOW_EXP = {HIST_LOW_EXP}, HIST_HIGH_EXP = {HIST_HIGH_EXP}, HIST_BINS = {HIST_BINS} }};\n"
             f"static const int field_op[NFIELDS] = {{{', '.join(str(_OP_CODES[op]) for _, op in fields)}}};\n"
             f'const char grpo_token_fields[] = "{",".join(names)}";\n#line 1 "native_kernel.c"\n')
 
@@ -196,6 +204,7 @@ def _load(path: Path, fields: Sequence[str]):
         raise RuntimeError(f"{path.name} lays out {order.count(',') + 1} slots differently from TOKEN_FIELDS")
     i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
     fn = lib.grpo_token_stats
-    fn.argtypes = [i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, dbl, dbl, i64, dbl, dbl, i64, ptr, ptr]
+    fn.argtypes = [i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, dbl, dbl, i64, dbl, dbl, dbl, dbl, dbl,
+                   i64, ptr, ptr]
     fn.restype = i64
     return lib

@@ -5,8 +5,15 @@
  * merged in double. The work is organised for 16 vector registers:
  *
  * - each row is cut into segments that stay in cache, and each segment is read by a few
- *   short passes (mask and advantages; KL; ratio; user KL) whose accumulators all fit in
- *   registers (one loop with all ~20 of them spills on every token);
+ *   short passes (mask and advantages; KL; ratio; user KL; the mismatch's linear part and
+ *   histogram; its exponentials; entropy) whose accumulators all fit in registers (one loop
+ *   with all ~30 of them spills on every token);
+ * - the |Delta| histogram (HIST_EDGES: four bins per octave) is read off the float's bits:
+ *   exponent and two top mantissa bits are the bin, so one shift, one clamp and one
+ *   increment per token; the segment's bins are counted after its vector loop, into four
+ *   copies of the row's counts that take alternate tokens, so repeated bins do not
+ *   serialise on one memory cell;
+ * - a segment without a valid token (right padding) is read by the mask pass alone;
  * - token counts are integer lanes (a compare result subtracted as -1), which run on the
  *   integer units beside the floating-point work;
  * - both exponentials skip the range reduction when a whole vector of arguments is below
@@ -34,21 +41,38 @@ enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
 
 typedef struct {
     const void *mask;
-    const float *adv, *lp, *ref, *old, *kl;
+    const float *adv, *lp, *ref, *old, *kl, *smp, *ent;
     int64_t T, mask_kind, adv_ndim, has_clamp;
-    float clip_lo, clip_hi, clamp_lo, clamp_hi;
+    float clip_lo, clip_hi, clamp_lo, clamp_hi, band_lo, band_hi, ent_low;
 } Inputs;
+
+/* The bin of |d| is (bits(|d|) >> 21) - HIST_KEY0, clamped to [0, HIST_BINS - 1]: the key
+ * (biased exponent, two top mantissa bits) of edge 2^HIST_LOW_EXP is (127 + HIST_LOW_EXP) * 4,
+ * and a value at that edge belongs to bin 1. NaN and +inf land in the last bin, as torch.bucketize
+ * puts them. HIST_BINS is the trash bin of the counts of padding lanes. */
+#define HIST_KEY0 ((127 + HIST_LOW_EXP) * 4 - 1)
+_Static_assert(HIST_BINS == (HIST_HIGH_EXP - HIST_LOW_EXP) * 4 + 2, "four bins per octave, one below, one above");
+#define HIST_COPIES 4
 
 /* One row's accumulators: float sums and extrema, int32 counts (per lane). */
 typedef struct {
     __m256i cnt, nonbin, u_pos, clip, hits, nonfin;
     __m256 adv_sum, adv_abs, adv_hi, adv_lo;
     __m256 u_sum, u_sq, u_quad, u_max, u_min, k3_sum, k3_sq;
-    __m256 m1_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, old_sum;
+    __m256 m1_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, nll_sum;
+    __m256i mm_out, ent_low;
+    __m256 mm_d_sum, mm_abs_sum, mm_abs_max, mm_d_min, mm_d_max, mm_k3, mm_m1, mm_m1_sq, mm_mult;
+    __m256 ent_sum, ent_sq;
+    int32_t hist[HIST_COPIES][HIST_BINS + 1];
 } Acc;
 
 /* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
-typedef struct { const float *m, *adv, *lp, *ref, *old, *kl; } Seg;
+typedef struct { const float *m, *adv, *lp, *ref, *old, *kl, *smp, *ent; } Seg;
+
+/* The trainer's side of the mismatch (old log-probs, else the current ones) and the sampled
+ * log-probs of sampled_nll_mean (the sampler's, else old). */
+static inline const float *trainer_of(const Seg *S) { return S->old ? S->old : S->lp; }
+static inline const float *sampled_of(const Seg *S) { return S->smp ? S->smp : S->old; }
 
 #define ZERO _mm256_setzero_ps()
 #define ONE _mm256_set1_ps(1.0f)
@@ -141,14 +165,20 @@ static float k3_scalar(float x) {
 }
 
 /* ---------------------------------------------------------------- the passes over a segment */
-static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
+/* Returns whether the segment holds a valid token: the other passes add nothing on padding (every
+ * input is zeroed there, a neutral element of every sum and of the maxima of absolute values; signed
+ * extrema take +-inf fills, the histogram's padding lanes its trash bin), so they skip such segments. */
+static int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
     __m256i cnt = A->cnt, nonbin = A->nonbin;
-    __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, old_sum = A->old_sum;
+    __m256 any = ZERO;
+    __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, nll_sum = A->nll_sum;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    const float *sampled = sampled_of(S);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
         cnt = tally(cnt, valid);
-        if (S->old) old_sum = _mm256_add_ps(old_sum, masked(valid, S->old, j)); /* sampled_nll_mean */
+        any = _mm256_or_ps(any, valid);
+        if (sampled) nll_sum = _mm256_add_ps(nll_sum, masked(valid, sampled, j)); /* sampled_nll_mean */
         nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
         if (adv2) {
             __m256 a = _mm256_loadu_ps(S->adv + j), a0 = _mm256_and_ps(valid, a);
@@ -159,7 +189,8 @@ static void pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
         }
     }
     A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
-    A->old_sum = old_sum;
+    A->nll_sum = nll_sum;
+    return _mm256_movemask_ps(any) != 0;
 }
 
 static void pass_kl(const Seg *S, int64_t n, Acc *A) {
@@ -219,8 +250,74 @@ static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
     A->hits = hits; A->user_sum = s1; A->user_sq = s2; A->diff_max = dmax;
 }
 
+/* d = trainer - sampler: its sums, extrema, the importance-weight band and the |d| histogram. */
+static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+    __m256i out = A->mm_out;
+    __m256 s1 = A->mm_d_sum, sa = A->mm_abs_sum, amax = A->mm_abs_max, mn = A->mm_d_min, mx = A->mm_d_max;
+    const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    const __m256i key0 = _mm256_set1_epi32(HIST_KEY0), last = _mm256_set1_epi32(HIST_BINS - 1);
+    const __m256i trash = _mm256_set1_epi32(HIST_BINS);
+    const float *trn = trainer_of(S);
+    int32_t bins[SEG];
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j);
+        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d);
+        s1 = _mm256_add_ps(s1, d);
+        sa = _mm256_add_ps(sa, ad);
+        amax = _mm256_max_ps(amax, ad);
+        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, d, valid));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, d, valid));
+        __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
+        out = tally(out, _mm256_and_ps(valid, outside));
+        __m256i bin = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(ad), 21), key0);
+        bin = _mm256_min_epi32(_mm256_max_epi32(bin, _mm256_setzero_si256()), last);
+        bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
+        _mm256_storeu_si256((__m256i *)(bins + j), bin);
+    }
+    for (int64_t j = 0; j < n; j += HIST_COPIES) /* apart from the vector loop: it runs faster so */
+        for (int k = 0; k < HIST_COPIES; k++) A->hist[k][bins[j + k]]++;
+    A->mm_out = out; A->mm_d_sum = s1; A->mm_abs_sum = sa; A->mm_abs_max = amax; A->mm_d_min = mn; A->mm_d_max = mx;
+}
+
+/* The exponentials of d: k3(d), rho - 1 = exp(d) - 1 (one polynomial: k3 + d) and exp|d| - 1. */
+static void pass_mm_exp(const Seg *S, int64_t n, Acc *A) {
+    __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult;
+    const float *trn = trainer_of(S);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j);
+        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d), k3, m1;
+        if (all_small(ad)) {
+            k3 = k3_small(d);
+            m1 = _mm256_add_ps(k3, d);
+        } else {
+            __m256 dc = clamp_arg(d), core = k3_core(dc);
+            k3 = _mm256_add_ps(core, _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(d, _mm256_set1_ps(LOW))));
+            m1 = _mm256_add_ps(core, dc);
+        }
+        k3s = _mm256_add_ps(k3s, k3);
+        m1s = _mm256_add_ps(m1s, m1);
+        m1sq = _mm256_fmadd_ps(m1, m1, m1sq);
+        mult = _mm256_add_ps(mult, expm1_any(ad));
+    }
+    A->mm_k3 = k3s; A->mm_m1 = m1s; A->mm_m1_sq = m1sq; A->mm_mult = mult;
+}
+
+static void pass_entropy(const Seg *S, int64_t n, float low, Acc *A) {
+    __m256i below = A->ent_low;
+    __m256 s1 = A->ent_sum, s2 = A->ent_sq;
+    const __m256 vlow = _mm256_set1_ps(low);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j), e = masked(valid, S->ent, j);
+        s1 = _mm256_add_ps(s1, e);
+        s2 = _mm256_fmadd_ps(e, e, s2);
+        below = tally(below, _mm256_and_ps(valid, _mm256_cmp_ps(e, vlow, _CMP_LT_OQ)));
+    }
+    A->ent_low = below; A->ent_sum = s1; A->ent_sq = s2;
+}
+
 /* Non-finite tokens when no difference of log-probabilities is formed (one input alone, or
- * ref and old without logprobs): NaN or inf in their sum. With a difference, a non-finite
+ * ref, old and sampler without logprobs and old): NaN or inf in their sum. With a difference, a non-finite
  * token makes a row sum non-finite and the row is recounted exactly (finish_row). */
 static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
     __m256i nf = A->nonfin;
@@ -229,18 +326,24 @@ static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
         if (S->lp) total = _mm256_add_ps(total, masked(valid, S->lp, j));
         if (S->ref) total = _mm256_add_ps(total, masked(valid, S->ref, j));
         if (S->old) total = _mm256_add_ps(total, masked(valid, S->old, j));
+        if (S->smp) total = _mm256_add_ps(total, masked(valid, S->smp, j));
         nf = tally(nf, _mm256_cmp_ps(_mm256_sub_ps(total, total), ZERO, _CMP_NEQ_UQ));
     }
     A->nonfin = nf;
 }
 
 static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
-    pass_mask_adv(S, n, in->adv_ndim == 2, A);
-    int kl = S->lp && S->ref, ratio = S->lp && S->old;
+    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A)) return;
+    int kl = S->lp && S->ref, ratio = S->lp && S->old, mm = S->smp && trainer_of(S);
     if (kl) pass_kl(S, n, A);
     if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
-    if (!kl && !ratio && (S->lp || S->ref || S->old)) pass_nonfinite(S, n, A);
+    if (mm) {
+        pass_mm_linear(S, n, in, A);
+        pass_mm_exp(S, n, A);
+    }
+    if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A);
     if (S->kl) pass_user(S, n, in, A);
+    if (S->ent) pass_entropy(S, n, in->ent_low, A);
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -286,39 +389,79 @@ static inline float mask_at(const Inputs *in, int64_t i) {
 }
 
 /* Extrema and non-finite count of one row by scalar code, NaN-exact. */
-typedef struct { float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, nonfin; } Exact;
+typedef struct { float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, d_max, d_min, d_abs_max, nonfin; } Exact;
+
+/* The sum whose finiteness marks a non-finite token, in the torch form's order: u, lr, d where
+ * formed, else the log-probabilities given (absent ones are 0 here). */
+static inline float token_total(int has_u, int has_lr, int has_d, float u, float lr, float d, float l, float r,
+                                float o, float s) {
+    if (!has_u && !has_lr && !has_d) return l + r + o + s;
+    float total = has_u ? u : has_lr ? lr : d;
+    if (has_u && has_lr) total += lr;
+    if (has_d && (has_u || has_lr)) total += d;
+    return total;
+}
 
 static Exact exact_row(const Inputs *in, int64_t row) {
-    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, 0.0f};
-    int has_u = in->lp && in->ref, has_lr = in->lp && in->old;
+    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY, INFINITY, 0.0f, 0.0f};
+    const float *trn = in->old ? in->old : in->lp;
+    int has_u = in->lp && in->ref, has_lr = in->lp && in->old, has_d = in->smp && trn;
     for (int64_t i = row * in->T; i < (row + 1) * in->T; i++) {
         if (!(mask_at(in, i) > 0)) continue;
         float l = in->lp ? in->lp[i] : 0.0f, r = in->ref ? in->ref[i] : 0.0f, o = in->old ? in->old[i] : 0.0f;
-        float u = r - l, lr = l - o;
+        float s = in->smp ? in->smp[i] : 0.0f, u = r - l, lr = l - o, d = has_d ? trn[i] - s : 0.0f;
         if (in->adv_ndim == 2) { x.adv_hi = fmax_nan(x.adv_hi, in->adv[i]); x.adv_lo = fmin_nan(x.adv_lo, in->adv[i]); }
         if (has_u) { x.u_max = fmax_nan(x.u_max, u); x.u_min = fmin_nan(x.u_min, u); }
         if (has_lr) x.lr_max = fmax_nan(x.lr_max, fabsf(lr));
         if (has_u && in->kl) x.diff_max = fmax_nan(x.diff_max, fabsf(in->kl[i] - k3_scalar(u)));
-        float total = has_u ? (has_lr ? u + lr : u) : (has_lr ? lr : l + r + o);
+        if (has_d) {
+            x.d_max = fmax_nan(x.d_max, d); x.d_min = fmin_nan(x.d_min, d); x.d_abs_max = fmax_nan(x.d_abs_max, fabsf(d));
+        }
+        float total = token_total(has_u, has_lr, has_d, u, lr, d, l, r, o, s);
         x.nonfin += (total - total) != 0.0f;
     }
     return x;
 }
 
+/* Indices of the row sums in finish_row's sums[]. */
+enum { ADV, ADV_ABS, U, U_SQ, U_QUAD, K3, K3_SQ, M1, USER, USER_SQ, LR_K3, NLL, MM_D, MM_K3, MM_ABS, MM_M1, MM_M1_SQ,
+       MM_MULT, NSUMS };
+
+/* The mismatch slots of one row: sums of d, k3(d), |d|, rho - 1, exp|d| - 1, the band, the row's weight
+ * w = exp(mean d) (in double from the float mean, as the torch form) and the histogram. */
+static void finish_mismatch(const Acc *a, const Exact *x, const float *sums, float cnt, double *o) {
+    int has = cnt > 0;
+    o[S_mm_tokens] += cnt; o[S_mm_d_sum] += sums[MM_D]; o[S_mm_k3_sum] += sums[MM_K3];
+    o[S_mm_abs_sum] += sums[MM_ABS]; o[S_mm_rho_m1_sum] += sums[MM_M1]; o[S_mm_rho_m1_sq_sum] += sums[MM_M1_SQ];
+    o[S_mm_mult_m1_sum] += sums[MM_MULT]; o[S_mm_outside] += hcount(a->mm_out); o[S_mm_rows] += has;
+    if (has) put_max(&o[S_mm_abs_max], x->d_abs_max);
+    put_min(&o[S_mm_d_min], x->d_min); put_max(&o[S_mm_d_max], x->d_max);
+    double w = has ? exp((double)(sums[MM_D] / (cnt > 1.0f ? cnt : 1.0f))) : 0.0;
+    o[S_mm_seq_w_sum] += w; o[S_mm_seq_w_sq_sum] += w * w;
+    for (int b = 0; b < HIST_BINS; b++) {
+        int32_t c = 0;
+        for (int k = 0; k < HIST_COPIES; k++) c += a->hist[k][b];
+        o[S_mm_hist_0 + b] += c;
+    }
+}
+
 static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
     float cnt = (float)hcount(a->cnt);
     int has = cnt > 0, has_u = in->lp && in->ref, has_lr = in->lp && in->old;
-    float sums[] = {hsum(a->adv_sum), hsum(a->adv_abs), hsum(a->u_sum), hsum(a->u_sq), hsum(a->u_quad),
-                    hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
-                    hsum(a->lr_k3), hsum(a->old_sum)};
-    Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max), 0};
+    int has_d = in->smp && (in->old || in->lp);
+    float sums[NSUMS] = {hsum(a->adv_sum), hsum(a->adv_abs), hsum(a->u_sum), hsum(a->u_sq), hsum(a->u_quad),
+                         hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
+                         hsum(a->lr_k3), hsum(a->nll_sum), hsum(a->mm_d_sum), hsum(a->mm_k3), hsum(a->mm_abs_sum),
+                         hsum(a->mm_m1), hsum(a->mm_m1_sq), hsum(a->mm_mult)};
+    Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max),
+               hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
-    for (size_t k = 0; k < sizeof sums / sizeof sums[0]; k++) finite &= isfinite(sums[k]);
+    for (int k = 0; k < NSUMS; k++) finite &= isfinite(sums[k]);
     if (!finite) x = exact_row(in, row);
-    else if (!has_u && !has_lr) x.nonfin = (float)hcount(a->nonfin);
+    else if (!has_u && !has_lr && !has_d) x.nonfin = (float)hcount(a->nonfin);
     o[S_valid_tokens] += cnt; o[S_rows_with_tokens] += has; o[S_mask_nonbinary] += hcount(a->nonbin);
     if (in->adv_ndim) {
-        float hi = x.adv_hi, lo = x.adv_lo, sum = sums[0], abs_sum = sums[1];
+        float hi = x.adv_hi, lo = x.adv_lo, sum = sums[ADV], abs_sum = sums[ADV_ABS];
         if (in->adv_ndim == 1) {
             float v = has ? in->adv[row] : 0.0f;
             hi = lo = v; sum = cnt * v; abs_sum = cnt * fabsf(v);
@@ -327,20 +470,26 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
         put_max(&o[S_adv_row_spread_max], has ? hi - lo : -INFINITY);
         o[S_adv_live_tokens] += (hi > 0 || lo < 0) ? cnt : 0.0f;
     }
-    if (in->lp || in->ref || in->old) { o[S_logprob_tokens] += cnt; o[S_logprob_nonfinite] += x.nonfin; }
+    if (in->lp || in->ref || in->old || in->smp) { o[S_logprob_tokens] += cnt; o[S_logprob_nonfinite] += x.nonfin; }
     if (has_u) {
-        o[S_kl_tokens] += cnt; o[S_kl_u_sum] += sums[2]; o[S_kl_u_sq_sum] += sums[3]; o[S_kl_u_quad_sum] += sums[4];
-        o[S_kl_u_pos] += hcount(a->u_pos); o[S_kl_k3_sum] += sums[5]; o[S_kl_k3_sq_sum] += sums[6];
+        o[S_kl_tokens] += cnt; o[S_kl_u_sum] += sums[U]; o[S_kl_u_sq_sum] += sums[U_SQ];
+        o[S_kl_u_quad_sum] += sums[U_QUAD];
+        o[S_kl_u_pos] += hcount(a->u_pos); o[S_kl_k3_sum] += sums[K3]; o[S_kl_k3_sq_sum] += sums[K3_SQ];
         put_max(&o[S_kl_u_max], x.u_max); put_min(&o[S_kl_u_min], x.u_min);
     }
     if (has_lr) {
-        o[S_ratio_tokens] += cnt; o[S_ratio_m1_sum] += sums[7]; o[S_ratio_clipped] += hcount(a->clip);
-        o[S_ratio_k3_sum] += sums[10];
+        o[S_ratio_tokens] += cnt; o[S_ratio_m1_sum] += sums[M1]; o[S_ratio_clipped] += hcount(a->clip);
+        o[S_ratio_k3_sum] += sums[LR_K3];
         if (has) put_max(&o[S_on_policy_absdiff_max], x.lr_max);
     }
-    if (in->old) { o[S_nll_tokens] += cnt; o[S_nll_sum] -= sums[11]; }
+    if (has_d) finish_mismatch(a, &x, sums, cnt, o);
+    if (in->smp || in->old) { o[S_nll_tokens] += cnt; o[S_nll_sum] -= sums[NLL]; }
+    if (in->ent) {
+        o[S_ent_tokens] += cnt; o[S_ent_sum] += hsum(a->ent_sum); o[S_ent_sq_sum] += hsum(a->ent_sq);
+        o[S_ent_low] += hcount(a->ent_low);
+    }
     if (in->kl) {
-        o[S_user_kl_tokens] += cnt; o[S_user_kl_sum] += sums[8]; o[S_user_kl_sq_sum] += sums[9];
+        o[S_user_kl_tokens] += cnt; o[S_user_kl_sum] += sums[USER]; o[S_user_kl_sq_sum] += sums[USER_SQ];
         if (has_u) { o[S_user_k3_tokens] += cnt; if (has) put_max(&o[S_user_k3_absdiff_max], x.diff_max); }
         if (in->has_clamp) { o[S_user_clamp_tokens] += cnt; o[S_user_clamp_hits] += hcount(a->hits); }
     }
@@ -348,8 +497,8 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
 
 static void init_acc(Acc *a) {
     memset(a, 0, sizeof *a);
-    a->adv_hi = a->u_max = _mm256_set1_ps(-INFINITY);
-    a->adv_lo = a->u_min = _mm256_set1_ps(INFINITY);
+    a->adv_hi = a->u_max = a->mm_d_max = _mm256_set1_ps(-INFINITY);
+    a->adv_lo = a->u_min = a->mm_d_min = _mm256_set1_ps(INFINITY);
 }
 
 /* The mask of tokens [off, off + n) as float, zero-padded to `padded` (a multiple of 8);
@@ -391,9 +540,9 @@ static void empty(double *o) {
 
 static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
     const float *adv2 = in->adv_ndim == 2 ? in->adv : NULL;
-    const float *lp = in->lp, *ref = in->ref, *old = in->old, *kl = in->kl;
+    const float *lp = in->lp, *ref = in->ref, *old = in->old, *kl = in->kl, *smp = in->smp, *ent = in->ent;
     int64_t T = in->T;
-    float mbuf[SEG], bufs[5][8];
+    float mbuf[SEG], bufs[7][8];
     for (int64_t row = r0; row < r1; row++) {
         Acc a;
         init_acc(&a);
@@ -401,13 +550,14 @@ static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
             int64_t off = row * T + s, n = T - s < SEG ? T - s : SEG, full = n - n % 8;
             if (full) {
                 Seg S = {mask_floats(in, off, full, full, mbuf), at(adv2, off), at(lp, off), at(ref, off),
-                         at(old, off), at(kl, off)};
+                         at(old, off), at(kl, off), at(smp, off), at(ent, off)};
                 segment(in, &S, full, &a);
             }
             if (full < n) {
                 int64_t t = off + full, k = n - full;
                 Seg S = {mask_floats(in, t, k, 8, mbuf), tail(adv2, t, k, bufs[0]), tail(lp, t, k, bufs[1]),
-                         tail(ref, t, k, bufs[2]), tail(old, t, k, bufs[3]), tail(kl, t, k, bufs[4])};
+                         tail(ref, t, k, bufs[2]), tail(old, t, k, bufs[3]), tail(kl, t, k, bufs[4]),
+                         tail(smp, t, k, bufs[5]), tail(ent, t, k, bufs[6])};
                 segment(in, &S, 8, &a);
             }
         }
@@ -415,16 +565,20 @@ static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
     }
 }
 
-/* Every row of contiguous (B, T) inputs (absent ones NULL) on up to `threads` OpenMP threads
+/* Every row of contiguous (B, T) inputs (absent ones NULL; smp the sampler's log-probs, ent the
+ * trainer's entropies; band_lo / band_hi the log bounds of the importance-weight band, ent_low the
+ * low-entropy threshold) on up to `threads` OpenMP threads
  * (torch's own pool when loaded into a torch process), with `scratch` holding threads x
  * NFIELDS doubles. Writes the statistics vector into out; the parts merge in thread order,
  * so a result does not depend on timing. Returns the number of slots. */
 int64_t grpo_token_stats(int64_t B, int64_t T, const void *mask, int64_t mask_kind, const float *adv,
                          int64_t adv_ndim, const float *lp, const float *ref, const float *old, const float *kl,
-                         double clip_lo, double clip_hi, int64_t has_clamp, double clamp_lo, double clamp_hi,
+                         const float *smp, const float *ent, double clip_lo, double clip_hi, int64_t has_clamp,
+                         double clamp_lo, double clamp_hi, double band_lo, double band_hi, double ent_low,
                          int64_t threads, double *scratch, double *out) {
-    Inputs in = {mask, adv, lp, ref, old, kl, T, mask_kind, adv_ndim, has_clamp,
-                 (float)clip_lo, (float)clip_hi, (float)clamp_lo, (float)clamp_hi};
+    Inputs in = {mask, adv, lp, ref, old, kl, smp, ent, T, mask_kind, adv_ndim, has_clamp,
+                 (float)clip_lo, (float)clip_hi, (float)clamp_lo, (float)clamp_hi,
+                 (float)band_lo, (float)band_hi, (float)ent_low};
     double (*parts)[NFIELDS] = (double (*)[NFIELDS])scratch; /* threads x NFIELDS, from the caller */
     int nt = (int)(threads < 1 ? 1 : threads);
     if (nt > B) nt = (int)(B > 0 ? B : 1);
