@@ -148,7 +148,8 @@ def default_healthy(name: str, critic: bool = False, **kw) -> dict:
         gar.detach()
     result["defaults"] = shipped_defaults()
     result["config"] = {"kl_ctl": a.config.kl_ctl, "discount": a.config.discount, "gae_lambda": a.config.gae_lambda}
-    result["kl_share"] = float((out["advantages"] - gar.outcome_rows(a.config, out)[:, None]).abs().max())
+    valid = out["loss_mask"] > 0  # how far the KL (and discount) moved the valid tokens off the outcome part
+    result["kl_share"] = float((out["advantages"] - gar.outcome_rows(a.config, out)[:, None])[valid].abs().max())
     declared = gar.declared_estimator(a.config).estimator
     if declared in ("bessel", "none", "leave_one_out") and result.get("convention"):
         rows = (out["rewards"], torch.arange(len(out["rewards"])) // G, gar.outcome_rows(a.config, out))
