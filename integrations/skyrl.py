@@ -21,7 +21,11 @@ shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left ou
 =========================================  ==========================
 
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
-advantages observed are the estimator's. SkyRL's trainer runs in a Ray task
+advantages observed are the estimator's. With ``use_kl_in_reward`` (off in SkyRL's
+``ppo_base_config.yaml``) the trainer subtracts the KL from the token rewards before the
+dispatcher, and SkyRL's ``grpo``/``rloo`` normalise the KL-shaped scores: the rewards observed
+are those scores and the advantages are checked on them exactly. ``gae`` reads a learned
+critic's values: rewards and groups only, said once. SkyRL's trainer runs in a Ray task
 (``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
 ``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``.
 ``sinks="auto"`` follows ``trainer.logger`` (the run SkyRL's ``Tracking`` opened) and falls
@@ -89,6 +93,9 @@ def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilo
         return Declared("skyrl.grpo", stabilizer=eps) if grpo_norm_by_std else Declared("verl.grpo_no_std")
     if name in ESTIMATORS:
         return Declared(ESTIMATORS[name], stabilizer=eps if name == "maxrl" else None)
+    if name == "gae":
+        return Declared(None, note="SkyRL's 'gae' reads a learned critic's values, which no registry entry holds: its "
+                                   "advantages are not group-relative")
     return Declared(None, note=f"SkyRL's advantage estimator {name!r} is not group-relative or not in the registry")
 
 
