@@ -110,7 +110,7 @@ def test_shipped_default_config_gets_its_advantages_checked(case, cases):
 
 @pytest.mark.slow
 def test_the_shipped_default_estimator_is_gae_with_a_critic_said_once(cases):
-    """The CLI's default estimator is gae: rewards and groups observed, advantages not, one warning naming the critic."""
+    """The CLI's default estimator, gae: rewards and groups observed, advantages not, one warning names the critic."""
     result = cases["default_gae"]
     assert result["defaults"]["algo.advantage.estimator"] == "gae"
     assert result["violations"] == [] and result["convention"] is None

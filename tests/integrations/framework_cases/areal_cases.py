@@ -127,7 +127,7 @@ def shipped_defaults() -> dict:
 
 
 def default_actor(name: str, **kw) -> PPOActor:
-    """An actor on the dataclass defaults (kl_ctl 0.1 ...) but for the GRPO normalisation ``name`` (NORMS) and ``kw``."""
+    """An actor on the dataclass defaults (kl_ctl 0.1, ...) but the GRPO normalisation ``name`` (NORMS) and ``kw``."""
     reward_norm, adv_norm = NORMS[name]
     config = PPOActorConfig(experiment_name="grpo-monitor", trial_name="cases", path="/nonexistent",
                             reward_norm=reward_norm, adv_norm=adv_norm, **kw)
