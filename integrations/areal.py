@@ -75,8 +75,9 @@ def declared_estimator(config: Any) -> Declared:
     ...            group_size=8)
     >>> batch = NS(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5,
     ...            group_size=1)
-    >>> declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
-    Declared(estimator='areal.grpo', stabilizer=None, group_size=8, note='')
+    >>> d = declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.1, discount=1.0, gae_lambda=1.0))
+    >>> d.estimator, d.group_size
+    ('areal.grpo', 8)
     """
     rn, an = _norm(config.reward_norm), _norm(config.adv_norm)
     if rn is None or rn[0] != "group" or rn[5] < 2:
