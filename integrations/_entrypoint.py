@@ -28,6 +28,7 @@ from typing import Any
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import FailOpen
+from grpo_monitor.integrations._on_import import ImportWatch
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -82,13 +83,15 @@ class Patch:
 
 def auto_sinks(framework: str, declared: Declared) -> list[Sink]:
     """The sinks of the trainer's trackers (:func:`grpo_monitor.sinks.auto.sinks_for_trackers`); when the
-    framework's trackers are unknown, the W&B run active in this process; with neither, a JSONL log."""
+    framework's trackers are unknown, the W&B run active in this process (not the no-op run of
+    ``wandb.init(mode="disabled")``); with neither, a JSONL log."""
     from grpo_monitor.sinks.auto import sinks_for_trackers
 
     trackers = declared.trackers
     if trackers is None:
         wandb = sys.modules.get("wandb")
-        trackers = ("wandb",) if wandb is not None and getattr(wandb, "run", None) is not None else ()
+        run = getattr(wandb, "run", None) if wandb is not None else None
+        trackers = ("wandb",) if run is not None and not getattr(run, "disabled", False) else ()
     return sinks_for_trackers(trackers, framework=framework, output_dir=declared.output_dir,
                               tensorboard_dir=declared.tensorboard_dir)
 
@@ -309,12 +312,16 @@ class Slot:
     def __init__(self, framework: str):
         self.framework = framework
         self.current: Attachment | None = None
+        self.pending: ImportWatch | None = None  # an attach waiting for its framework module's import
         self._hooked = False
 
     def check_free(self) -> None:
-        """Raise ``RuntimeError`` when the integration is already attached."""
+        """Raise ``RuntimeError`` when the integration is already attached (or waiting to attach on import)."""
         if self.current is not None:
             raise RuntimeError(f"grpo_monitor.integrations.{self.framework} is already attached; call detach() first")
+        if self.pending is not None:
+            raise RuntimeError(f"grpo_monitor.integrations.{self.framework} is already attached from the environment "
+                               f"(waiting for the import of {sorted(self.pending.names)}); call detach() first")
 
     def claim(self, state: Attachment) -> Attachment:
         self.check_free()
@@ -333,7 +340,11 @@ class Slot:
             print(f"grpo-monitor ({self.framework}): {text}", file=sys.stderr, flush=True)
 
     def release(self) -> None:
-        """Restore what the attachment replaced and close a monitor it built (no-op when not attached)."""
+        """Restore what the attachment replaced and close a monitor it built (no-op when not attached); cancel
+        an attach still waiting for an import."""
+        watch, self.pending = self.pending, None
+        if watch is not None:
+            watch.cancel()
         if self.current is not None:
             state, self.current = self.current, None
             state.close()

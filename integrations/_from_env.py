@@ -9,19 +9,28 @@ starts; each integration's ``attach_from_env`` is such a hook: it reads
 ``"mlflow"``, ``"trackio"``, ``"auto"``; default ``["auto"]``) and attaches. Workers that
 never call the entry point (rollout and model workers) build no monitor and open nothing:
 the monitor and its sinks are built at the first call.
+
+A hook must not submit anything to Ray (the worker has no task yet; see
+:mod:`grpo_monitor.integrations._on_import`), so an integration whose framework module
+talks to Ray when imported (SkyRL) attaches with :func:`attach_from_env_on_import`: the
+patches are applied when the trainer's code first imports that module.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from grpo_monitor.config import MonitorConfig
+from grpo_monitor.integrations._on_import import when_imported
 from grpo_monitor.sinks.auto import sinks_from_specs
+
+if TYPE_CHECKING:
+    from grpo_monitor.integrations._entrypoint import Attachment, Slot
 
 #: The environment variable the hooks read.
 ENV = "GRPO_MONITOR_CONFIG"
@@ -59,3 +68,26 @@ def attach_from_env(attach: Callable[..., Any], current: Callable[[], Any]) -> A
         return existing
     config, sinks = settings_from_env()
     return attach(config=config, sinks=sinks)
+
+
+def attach_from_env_on_import(attach: Callable[..., Attachment], slot: Slot,
+                              modules: Sequence[str]) -> Attachment | None:
+    """:func:`attach_from_env`, deferred until the first of ``modules`` is imported (now when one already is).
+
+    ``GRPO_MONITOR_CONFIG`` is read now, so a bad value fails the hook; the attach runs
+    right after the module's code (and its own Ray calls) ran, before the importer binds
+    its names. Returns the attachment, or None while deferred (``slot.pending`` is the
+    watch; ``detach()`` cancels it).
+    """
+    if slot.current is not None:
+        return slot.current
+    if slot.pending is not None:
+        return None
+    config, sinks = settings_from_env()
+
+    def on_import(_module: Any) -> None:
+        slot.pending = None
+        attach(config=config, sinks=sinks)
+
+    slot.pending = when_imported(modules, on_import, slot.framework)
+    return slot.current

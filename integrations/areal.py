@@ -34,10 +34,22 @@ once. Batch-level reward means and other combinations have no registry entry: re
 groups are observed, advantages not. With ``torch.distributed`` each process observes its
 own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
 passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
+
+``sinks="auto"`` follows AReaL's own trackers, ``stats_logger`` of the experiment config
+(read from the trainer calling ``compute_advantages``, e.g. ``PPOTrainer.config``; see
+:func:`tracker_settings`): W&B (``wandb.mode`` not ``disabled``: the run AReaL's
+``StatsLogger`` opened), Trackio (``trackio.mode``: AReaL's run), TensorBoard
+(``tensorboard.path``: the same folder); SwanLab has no sink and is named once in a
+warning; with none left, a JSONL log at ``<fileroot>/logs/<user>/<experiment>/<trial>/
+grpo-monitor/monitor.jsonl`` (AReaL's log folder), its path printed. Without a trainer
+config in reach (``PPOActor`` called directly, or a single-controller worker), an active,
+enabled W&B run is followed (not the no-op run ``wandb.init(mode="disabled")`` leaves).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import getpass
 import importlib
 from collections.abc import Sequence
 from typing import Any
@@ -46,7 +58,7 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, trainer_setting
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -142,6 +154,7 @@ def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
         declared = Declared(None, group_size=declared.group_size,
                             note="AReaL's GAE with a learned critic (values in the batch) makes advantages depend on "
                                  "the critic, which no registry entry holds")
+    declared = with_trackers(declared, trainer_setting(("config", "stats_logger")))
     return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None})
 
 
@@ -227,3 +240,40 @@ def _whitening_factor(adv: torch.Tensor, returns: torch.Tensor, mask: torch.Tens
     rc = r - r.mean()
     var = float((rc * rc).sum())
     return float((rc * (a - a.mean())).sum()) / var if var > 0 else 1.0
+
+
+# ------------------------------------------------------------------ trackers
+_UNSET = ("", "???")  # omegaconf's MISSING
+
+
+def tracker_settings(stats_logger: Any) -> tuple[tuple[str, ...], str | None, str | None]:
+    """``(trackers, output_dir, tensorboard_dir)`` of an AReaL ``StatsLoggerConfig``.
+
+    ``trackers`` are those AReaL's ``StatsLogger`` logs to, in its order: ``wandb``,
+    ``swanlab``, ``trackio`` when their ``mode`` is not ``"disabled"``, ``tensorboard`` when
+    ``tensorboard.path`` is set. ``output_dir`` is ``StatsLogger.get_log_path``'s folder
+    (``<fileroot>/logs/<user>/<experiment_name>/<trial_name>``; None when one is unset).
+
+    >>> from types import SimpleNamespace as NS
+    >>> off = NS(mode="disabled")
+    >>> tracker_settings(NS(wandb=NS(mode="offline"), swanlab=NS(mode="local"), trackio=off,
+    ...                     tensorboard=NS(path="/tb"), experiment_name="e", trial_name="t", fileroot=""))
+    (('wandb', 'swanlab', 'tensorboard'), None, '/tb')
+    """
+    names = [name for name in ("wandb", "swanlab", "trackio")
+             if str(getattr(getattr(stats_logger, name, None), "mode", "disabled")) != "disabled"]
+    tensorboard = getattr(getattr(stats_logger, "tensorboard", None), "path", None)
+    if tensorboard not in (None, *_UNSET):
+        names.append("tensorboard")
+    parts = [getattr(stats_logger, k, None) for k in ("fileroot", "experiment_name", "trial_name")]
+    output = None if any(p is None or str(p) in _UNSET for p in parts) else \
+        f"{parts[0]}/logs/{getpass.getuser()}/{parts[1]}/{parts[2]}"
+    return tuple(names), output, (str(tensorboard) if "tensorboard" in names else None)
+
+
+def with_trackers(declared: Declared, stats_logger: Any) -> Declared:
+    """``declared`` with AReaL's trackers and log folder (for ``sinks="auto"``); unchanged without a config."""
+    if stats_logger is None:
+        return declared
+    trackers, output_dir, tensorboard_dir = tracker_settings(stats_logger)
+    return dataclasses.replace(declared, trackers=trackers, output_dir=output_dir, tensorboard_dir=tensorboard_dir)

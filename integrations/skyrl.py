@@ -27,7 +27,9 @@ dispatcher, and SkyRL's ``grpo``/``rloo`` normalise the KL-shaped scores: the re
 are those scores and the advantages are checked on them exactly. ``gae`` reads a learned
 critic's values: rewards and groups only, said once. SkyRL's trainer runs in a Ray task
 (``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
-``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``.
+``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``, which
+wraps the dispatcher when that process first imports ``ppo_utils`` (a hook must not import it:
+its import creates SkyRL's registry actors).
 ``sinks="auto"`` follows ``trainer.logger`` (the run SkyRL's ``Tracking`` opened) and falls
 back to ``<trainer.export_path>/grpo-monitor/monitor.jsonl``.
 """
@@ -49,7 +51,7 @@ import torch
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references, trainer_setting
-from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
+from grpo_monitor.integrations._from_env import attach_from_env_on_import
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -120,10 +122,17 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     return _SLOT.claim(state)
 
 
-def attach_from_env() -> Attachment:
+def attach_from_env() -> Attachment | None:
     """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
-    (``"grpo_monitor.integrations.skyrl.attach_from_env"``); the current attachment when already attached."""
-    return _attach_from_env(attach, lambda: _SLOT.current)
+    (``"grpo_monitor.integrations.skyrl.attach_from_env"``).
+
+    SkyRL's ``ppo_utils`` creates its named ``RegistryActor`` at import time when Ray is
+    initialized, which a setup hook must not do (the worker aborts; see
+    :mod:`grpo_monitor.integrations._on_import`). So the hook imports nothing of SkyRL:
+    the dispatcher is wrapped when the trainer's code first imports ``ppo_utils``, and
+    right away when it already is. Returns the attachment, or None while waiting for that import.
+    """
+    return attach_from_env_on_import(attach, _SLOT, MODULES)
 
 
 def with_trackers(declared: Declared, trainer_cfg: Any) -> Declared:

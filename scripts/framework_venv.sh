@@ -35,7 +35,9 @@ install_skyrl() {
   pip install ray==2.51.1 jaxtyping loguru omegaconf
   # skyrl's ppo_utils imports skyrl.train.config, which imports skyrl_gym's environments.
   pip install --no-deps --ignore-requires-python skyrl==0.3.0 skyrl-gym==0.4.0
-  pip install func_timeout pandas
+  # ppo_utils pickles its registered functions with cloudpickle when Ray is up (its fallback, plain
+  # pickle, cannot pickle them mid-import); SkyRL's real environments get it through vllm.
+  pip install func_timeout pandas cloudpickle
 }
 check_skyrl() {
   python -c "import skyrl_train.utils.ppo_utils, grpo_monitor"

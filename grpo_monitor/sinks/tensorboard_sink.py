@@ -59,16 +59,24 @@ class TensorBoardSink(Sink):
 
     @property
     def writer(self) -> SummaryWriter:
-        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access)."""
+        """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access); ``tensorboardX``'s, which
+        writes the same event files, when only that is installed (AReaL's TensorBoard writer)."""
         if self._writer is None:
-            if importlib.util.find_spec("tensorboard") is None:
+            kwargs = dict(self.writer_kwargs)
+            if importlib.util.find_spec("tensorboard") is not None:
+                from torch.utils.tensorboard import SummaryWriter
+            elif importlib.util.find_spec("tensorboardX") is not None:
+                from tensorboardX import SummaryWriter  # type: ignore[no-redef]
+
+                # tensorboardX names its file by second and host only: a trainer's writer opened in the same
+                # folder and second (AReaL's) would share, and lose, the file
+                kwargs.setdefault("filename_suffix", f".{os.getpid()}.grpo-monitor")
+            else:
                 raise ModuleNotFoundError(
-                    "TensorBoardSink needs the `tensorboard` package; install it with "
+                    "TensorBoardSink needs the `tensorboard` package (or `tensorboardX`); install it with "
                     "`pip install grpo-monitor[tensorboard]`"
                 )
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._writer = SummaryWriter(log_dir=self.log_dir, **self.writer_kwargs)
+            self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
         return self._writer
 
     def log(self, metrics: dict[str, float], step: int) -> None:

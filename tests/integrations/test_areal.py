@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from types import SimpleNamespace as NS
 
 import pytest
 
-from framework_venv import REPO, quiet, run_cases, run_in_venv
+from framework_venv import CASES, MARKER, REPO, quiet, run_cases, run_in_venv
 from grpo_monitor.estimators import ESTIMATORS
 from grpo_monitor.integrations import areal as gar
 
@@ -151,3 +153,74 @@ def test_example_runs_in_seconds(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "step 2: 4 groups, degenerate rate 0.25, estimator areal.grpo, violations 0" in proc.stdout
     assert "batch-std actor stopped: convention" in proc.stdout and "detached: True" in proc.stdout
+
+
+# ------------------------------------------------------------- sinks="auto" follows AReaL's stats_logger
+def test_tracker_settings_follow_areals_stats_logger_fields():
+    """Trackers in StatsLogger's order (enabled modes, a TensorBoard path) and get_log_path's folder."""
+    import getpass
+
+    on, off = NS(mode="offline"), NS(mode="disabled")
+    cfg = NS(wandb=off, swanlab=NS(mode="cloud"), trackio=NS(mode="local"), tensorboard=NS(path="/tb"),
+             experiment_name="exp", trial_name="t1", fileroot="/runs")
+    folder = f"/runs/logs/{getpass.getuser()}/exp/t1"
+    assert gar.tracker_settings(cfg) == (("swanlab", "trackio", "tensorboard"), folder, "/tb")
+    none = NS(wandb=on, swanlab=off, trackio=off, tensorboard=NS(path=None), experiment_name="???", trial_name="t",
+              fileroot="/r")
+    assert gar.tracker_settings(none) == (("wandb",), None, None)
+
+
+@pytest.fixture(scope="module")
+def tracker_cases(tmp_path_factory):
+    """framework_cases/areal_tracker_cases.py run once in the AReaL venv, with its folder."""
+    root = tmp_path_factory.mktemp("areal-trackers")
+    proc = run_in_venv("areal", CASES / "areal_tracker_cases.py", str(root), timeout=300)
+    found = [line[len(MARKER):] for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    assert proc.returncode == 0 and found, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(found[-1])
+
+
+def _jsonl_steps(path: str) -> list[int]:
+    return [json.loads(line)["step"] for line in Path(path).read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_auto_logs_into_the_runs_areal_opened(tracker_cases):
+    """W&B (offline), Trackio (local) and TensorBoard in AReaL's config: grpo/ keys land next to AReaL's own key
+    in AReaL's W&B run, its Trackio run and its TensorBoard folder (read back from each tracker's files)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = tracker_cases["wandb_trackio_tensorboard"]
+    assert result.get("raised") is None, quiet(result)
+    assert result["sinks"] == ["WandbSink", "TrackioSink", "TensorBoardSink"] and result["steps"] == [0, 1]
+    assert result["warnings"] == [] and result["stderr"] == ""
+    wandb_dir = Path(result["log_path"]) / "wandb"
+    assert Path(result["wandb_file"]).is_relative_to(wandb_dir)
+    assert len(list(wandb_dir.glob("offline-run-*"))) == 1  # AReaL's run, no second one
+    for keys in (result["wandb_keys"], result["trackio_keys"]):
+        assert {"areal/own", "grpo/groups/degenerate_rate", "grpo/step"} <= set(keys)
+    assert result["trackio_runs"] == ["all3"]
+    tb = Path(result["tensorboard_dir"])
+    assert len(list(tb.glob("events.out.tfevents.*"))) == 2  # AReaL's file and the monitor's, neither overwritten
+    acc = EventAccumulator(str(tb), size_guidance={"scalars": 0})
+    acc.Reload()
+    for tag in ("areal/own", "grpo/groups/degenerate_rate"):
+        assert [e.step for e in acc.Scalars(tag)] == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, warned", [("swanlab_only", True), ("trackers_disabled", False)])
+def test_auto_falls_back_to_a_jsonl_log_in_areals_log_folder(tracker_cases, case, warned):
+    """SwanLab only (no sink: named once in a warning) or every tracker disabled (AReaL's default, which leaves
+    wandb's no-op run active): a JSONL log in StatsLogger.get_log_path()'s folder, its path printed."""
+    result = tracker_cases[case]
+    assert result.get("raised") is None, quiet(result)
+    assert result["sinks"] == ["JSONLSink"] and result["steps"] == [0, 1]
+    path = str(Path(result["log_path"]) / "grpo-monitor" / "monitor.jsonl")
+    assert f"writing the monitor's log to {path}" in result["stderr"]
+    assert _jsonl_steps(path) == [0, 1]
+    if warned:
+        (text,) = result["warnings"]
+        assert "no sink for the tracker(s) ['swanlab']" in text
+    else:
+        assert result["warnings"] == [] and result["wandb_run"] == "NoopRun"

@@ -60,3 +60,25 @@ def test_find_trainer_outside_a_trainer_says_what_to_do():
     """A callback called outside a Trainer's callback handler gets a worded error naming attach()."""
     with pytest.raises(RuntimeError, match=r"could not find the trainer.*attach\(trainer\)"):
         find_trainer(object())
+
+
+def test_auto_without_tracker_settings_ignores_wandbs_disabled_run(tmp_path, monkeypatch, capsys):
+    """Trackers unknown: an enabled W&B run is followed, the no-op run of wandb.init(mode="disabled") is not
+    (its numbers would go nowhere): a JSONL log instead, its path printed."""
+    wandb = pytest.importorskip("wandb")
+    from grpo_monitor.integrations._entrypoint import Declared, auto_sinks
+
+    monkeypatch.setenv("GRPO_MONITOR_LOG_DIR", str(tmp_path))
+    run = wandb.init(mode="disabled")
+    try:
+        assert wandb.run is run and run.disabled
+        (sink,) = auto_sinks("test", Declared(None))
+    finally:
+        wandb.finish()
+    assert type(sink).__name__ == "JSONLSink"
+    assert str(tmp_path / "grpo-monitor" / "monitor.jsonl") in capsys.readouterr().err
+    run = wandb.init(mode="offline", dir=str(tmp_path))
+    try:
+        assert [type(s).__name__ for s in auto_sinks("test", Declared(None))] == ["WandbSink"]
+    finally:
+        wandb.finish()

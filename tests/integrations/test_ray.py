@@ -67,12 +67,10 @@ def test_verl_compute_advantage_in_a_ray_actor(tmp_path):
     assert any("attached in the Ray driver" in w and "never called" in w for w in result["driver"]["warnings"])
 
 
-@pytest.mark.xfail(strict=False, reason="open: under SkyRL's Ray 2.51.1 the actor's worker aborts in "
-                   "CoreWorker::OverrideTaskOrActorRuntimeEnvInfo (SharedLruCache::Put check) before the actor runs; "
-                   "suspected: importing skyrl_train.utils.ppo_utils inside the setup hook starts SkyRL's registry "
-                   "actor from a worker that is not yet ready to submit tasks")
 def test_skyrl_dispatcher_in_a_ray_actor(tmp_path):
-    """SkyRL (skyrl-train, its own venv): the same through ppo_utils.compute_advantages_and_returns."""
+    """SkyRL (skyrl-train, its own venv): the same through ppo_utils.compute_advantages_and_returns; the hook
+    imports nothing of SkyRL (ppo_utils creates its registry actor on import, which a setup hook must not do)
+    and wraps the dispatcher when the actor imports ppo_utils."""
     result = run_ray_cases("skyrl", framework_python("skyrl"), tmp_path)
     check_healthy(result)
     check_broken(result, "zero_group_mean")

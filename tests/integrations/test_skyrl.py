@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -157,3 +159,17 @@ def test_your_own_estimator_is_the_reference(variant, cases):
     else:
         assert result["raised"] == "InvariantViolation", quiet(result)
         assert set(result["invariants"]) & {"convention", "affine_in_rewards", "zero_group_mean"}
+
+
+@pytest.mark.slow
+def test_the_setup_hook_imports_nothing_of_skyrl(tmp_path):
+    """attach_from_env() (Ray's worker_process_setup_hook) imports neither SkyRL nor Ray: ppo_utils creates its
+    registry actor on import, which a setup hook cannot do; the trainer's own import of the dispatcher binds
+    the wrapper, and its first call logs step 0."""
+    log = tmp_path / "hook.jsonl"
+    proc = run_in_venv("skyrl", REPO / "tests/integrations/framework_cases/skyrl_hook_case.py", str(log), timeout=180)
+    found = [line[len("GRPO_CASES "):] for line in proc.stdout.splitlines() if line.startswith("GRPO_CASES ")]
+    assert proc.returncode == 0 and found, proc.stdout[-2000:] + proc.stderr[-3000:]
+    result = json.loads(found[-1])
+    assert result["returned"] == "None" and result["imported_by_hook"] == []
+    assert result["bound_wrapper"] and result["attached"] and result["records"] == [0]
