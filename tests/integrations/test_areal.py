@@ -106,7 +106,7 @@ def test_shipped_default_config_gets_its_advantages_checked(case, cases):
     assert result["defaults"]["kl_ctl"] == 0.1 and result["config"]["kl_ctl"] == 0.1
     assert result.get("raised") is None and result["violations"] == [] and result["warnings"] == [], quiet(result)
     assert result["declared"] == result["convention"] == SHIPPED[case]
-    assert result["kl_share"] > 0.1, "the KL (and discount) really moved the token advantages"
+    assert result["kl_share"] > 1e-3, "the KL (and discount) really moved the token advantages (1e4 x float32 noise)"
     if "reference_error" in result:
         assert result["reference_error"] < 1e-6, quiet(result)
 
