@@ -209,6 +209,14 @@ class GRPOMonitor(NotCopyable):
         """
         self._extra.update(inputs.user_metrics(metrics))
 
+    @locked
+    def _add_recorded(self, metrics: dict[str, float]) -> None:
+        """Values a trainer recorded for the monitor's own keys (``grpo-monitor scan`` reading a run's logged
+        metrics, :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values
+        first. Finite numbers only; not for user code (``add_metrics`` is)."""
+        for key, value in metrics.items():
+            self._extra[key] = inputs._finite(key, value)
+
     # -------------------------------------------------------------------- step
     @fail_open("end_step")
     def end_step(self, step: int | None = None) -> StepReport:

@@ -46,7 +46,9 @@ class Declared:
     when it differs from the entry's default, ``group_size`` the responses per prompt when
     the framework fixes it, ``note`` why there is no entry (shown once as a warning).
     ``trackers`` are the trainer's tracker names (None: unknown), ``output_dir`` its output
-    folder and ``tensorboard_dir`` its TensorBoard folder, for ``sinks="auto"``.
+    folder and ``tensorboard_dir`` its TensorBoard folder, for ``sinks="auto"``. ``policy_lag``:
+    the optimizer steps the framework's sampler may lag its trainer by design (asynchronous
+    rollouts; ``MonitorConfig.max_policy_lag``), None when the config does not say.
     """
 
     estimator: str | None
@@ -56,6 +58,7 @@ class Declared:
     trackers: tuple[str, ...] | None = None
     output_dir: str | None = None
     tensorboard_dir: str | None = None
+    policy_lag: int | None = None
 
 
 @dataclasses.dataclass
@@ -224,6 +227,8 @@ class Attachment:
         """``declared`` as a MonitorConfig; fields set in ``self.config`` win."""
         derived = {"std_convention": declared.estimator or "auto", "stabilizer": declared.stabilizer,
                    "group_size": declared.group_size}
+        if declared.policy_lag is not None:
+            derived["max_policy_lag"] = declared.policy_lag
         if self.config is None:
             return MonitorConfig(**derived)
         kept = {k: v for k, v in derived.items() if k not in self.config.model_fields_set}

@@ -35,6 +35,11 @@ groups are observed, advantages not. With ``torch.distributed`` each process obs
 own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
 passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
 
+The sampler's side (:func:`logprob_inputs`, :func:`rollout_sampler_inputs`): the engine's
+``logprobs`` (saved before the call overwrites them) against the trainer's ``prox_logp`` when it
+was recomputed, truncation at ``max_new_tokens``; the decoupled (asynchronous) loss declares
+``max_policy_lag`` (:func:`policy_lag`).
+
 ``sinks="auto"`` follows AReaL's own trackers, ``stats_logger`` of the experiment config
 (read from the trainer calling ``compute_advantages``, e.g. ``PPOTrainer.config``; see
 :func:`tracker_settings`): W&B (``wandb.mode`` not ``disabled``: the run AReaL's
@@ -148,14 +153,18 @@ def attached() -> GRPOMonitor | None:
 
 # ------------------------------------------------------------------ the call
 def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
-    """Before the call: the declaration and whether a reference log-prob came with the batch."""
+    """Before the call: the declaration (with the trainer's trackers; none with a learned critic), whether a
+    reference log-prob came with the batch, and the log-probs the call overwrites (the inference engine's
+    ``logprobs``, the trainer's ``prox_logp``)."""
     declared = declared_estimator(actor.config)
     if "values" in data and declared.estimator is not None:
         declared = Declared(None, group_size=declared.group_size,
                             note="AReaL's GAE with a learned critic (values in the batch) makes advantages depend on "
                                  "the critic, which no registry entry holds")
     declared = with_trackers(declared, trainer_setting(("config", "stats_logger")))
-    return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None})
+    declared = dataclasses.replace(declared, policy_lag=policy_lag(actor.config))
+    return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
+                           "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
 
 
 def _observer(state: Attachment):
@@ -184,9 +193,12 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     lengths = mask.sum(-1) if world == 1 and not (check and shaped) else None
     advantages = out["advantages"]
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
-                            advantages=outcome_rows(actor.config, out) if check else None)
+                            advantages=outcome_rows(actor.config, out) if check else None,
+                            **rollout_sampler_inputs(actor.config, mask))
+    _check_lag(state, monitor, call.declared.policy_lag)
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
-    monitor.observe_loss(mask=mask, logprobs=out["logprobs"], advantages=advantages if check and not shaped else None,
+    monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out),
+                         advantages=advantages if check and not shaped else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
                          kl=kl if call.before["has_ref"] else None)
 
@@ -277,3 +289,57 @@ def with_trackers(declared: Declared, stats_logger: Any) -> Declared:
         return declared
     trackers, output_dir, tensorboard_dir = tracker_settings(stats_logger)
     return dataclasses.replace(declared, trackers=trackers, output_dir=output_dir, tensorboard_dir=tensorboard_dir)
+
+
+# ------------------------------------------------------------ the sampler's side
+def logprob_inputs(before: dict[str, Any], out: dict) -> dict[str, torch.Tensor]:
+    """``observe_loss``'s log-prob arguments from one ``_compute_advantages`` call (no copy, no forward).
+
+    When the trainer recomputed the log-probs (``prox_logp`` set before the call: ``recompute_logprob``
+    or ``use_decoupled_loss`` with ``prox_logp_method`` recompute), ``logprobs`` = that ``prox_logp``
+    (the policy at the parameters about to be updated) and ``sampler_logprobs`` = the inference
+    engine's ``logprobs`` rolled by -1 as AReaL aligns them with the rolled ``loss_mask``. Without a
+    recompute the batch holds no trainer log-probs: ``logprobs`` = the call's ``logprobs`` (the
+    engine's) and no mismatch is measured.
+    """
+    trainer, sampler = before.get("trainer"), before.get("sampler")
+    if trainer is None or sampler is None:
+        return {"logprobs": out["logprobs"]}
+    return {"logprobs": trainer, "sampler_logprobs": torch.roll(sampler, shifts=-1, dims=-1)}
+
+
+def rollout_sampler_inputs(config: Any, loss_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``truncated``: the response length (``loss_mask.sum(-1)``, as AReaL's overlong penalty counts it)
+    at the actor's ``max_new_tokens``; nothing when the config has no limit.
+
+    >>> from types import SimpleNamespace as NS
+    >>> rollout_sampler_inputs(NS(max_new_tokens=2), torch.tensor([[0, 1, 1], [0, 1, 0]]))["truncated"].tolist()
+    [True, False]
+    """
+    limit = getattr(config, "max_new_tokens", None)
+    return {} if limit is None else {"truncated": loss_mask.sum(-1) >= int(limit)}
+
+
+def policy_lag(config: Any) -> int | None:
+    """The steps AReaL's sampler may lag its trainer by design: the trainer's ``rollout.max_head_offpolicyness``
+    when a caller up the stack holds it (``PPOTrainer.config``); else 1 under ``use_decoupled_loss`` (asynchronous
+    by design, staleness unknown), None otherwise (synchronous: the monitor's default, 0).
+
+    >>> from types import SimpleNamespace as NS
+    >>> policy_lag(NS(use_decoupled_loss=True)), policy_lag(NS(use_decoupled_loss=False))
+    (1, None)
+    """
+    offpolicy = trainer_setting(("config", "rollout", "max_head_offpolicyness"))
+    if isinstance(offpolicy, int) and not isinstance(offpolicy, bool):
+        return max(int(offpolicy), 0)
+    return 1 if getattr(config, "use_decoupled_loss", False) else None
+
+
+def _check_lag(state: Attachment, monitor: GRPOMonitor, lag: int | None) -> None:
+    """Warn once when the monitor allows less sampler lag than AReaL's config builds in (a monitor or
+    ``max_policy_lag`` the user gave): a stale sampler's mismatch then raises as a defect."""
+    if lag and monitor.config.max_policy_lag < lag:
+        state.warn_once("policy_lag", f"AReaL's config lets the sampler lag the trainer by design (use_decoupled_loss "
+                                      f"/ rollout.max_head_offpolicyness: {lag}) but the monitor declares "
+                                      f"max_policy_lag={monitor.config.max_policy_lag}, so that lag's mismatch raises; "
+                                      f"declare MonitorConfig(max_policy_lag={lag})")

@@ -26,6 +26,10 @@ whitening's factor, read off the returns OpenRLHF keeps, and the outcome is then
 affine map of the group step, fitted without token counts). ``gae`` (the CLI's default
 estimator) reads a learned critic's values: rewards and groups only, said once.
 
+The sampler's side (:func:`experience_sampler_inputs`, :func:`rollout_sampler_inputs`): vLLM's
+``rollout_log_probs`` against ``action_log_probs`` per micro-batch, OpenRLHF's own
+``Experience.truncated`` per row; absent tensors leave their family out.
+
 :func:`attach` wraps the method on ``RemoteExperienceMaker`` and on every loaded subclass
 that overrides it. The method runs in the ``PPOTrainer`` actor's process: call ``attach()``
 there (``ray.init(runtime_env={"worker_process_setup_hook":
@@ -225,11 +229,13 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
     # outcome-only whitening)
     monitor.observe_rollout(torch.cat(rewards), group_ids=torch.cat(index) // n,
                             advantages=torch.cat(rows) if check else None,
-                            lengths=None if check and whitened_kl else torch.cat(lengths))
+                            lengths=None if check and whitened_kl else torch.cat(lengths),
+                            **rollout_sampler_inputs(experiences))
     for exp, kl in zip(experiences, kls, strict=True):
         monitor.observe_loss(mask=exp.action_mask.float(), logprobs=exp.action_log_probs,
                              ref_logprobs=exp.base_action_log_probs, kl=kl if kl_coef else None,
-                             advantages=exp.advantages if check and not kl_coef else None)
+                             advantages=exp.advantages if check and not kl_coef else None,
+                             **experience_sampler_inputs(exp))
 
 
 def whitening_scale(experiences: Sequence[Any]) -> float:
@@ -259,3 +265,36 @@ def _outcome_part(advantages: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor
         return adv
     penalty = (kl.to(torch.float64) * mask).flip(-1).cumsum(-1).flip(-1)
     return adv + kl_coef * penalty
+
+
+# ------------------------------------------------------------ the sampler's side
+def experience_sampler_inputs(experience: Any) -> dict[str, torch.Tensor]:
+    """The sampler's ``observe_loss`` arguments one OpenRLHF ``Experience`` holds: ``sampler_logprobs`` =
+    ``rollout_log_probs`` (vLLM's, ``(B, A)`` aligned with ``action_mask``; OpenRLHF asks vLLM for them under
+    ``--algo.advantage.is_correction_level token|seq``), or nothing when the experience has none.
+
+    The trainer's side is ``action_log_probs`` (the actor's forward at the behaviour parameters, which
+    OpenRLHF's loss uses as ``old_log_probs``), passed as ``logprobs``: ``grpo/mismatch/k1_mean`` is then
+    OpenRLHF's own ``vllm_kl`` (``masked_mean(rollout_log_probs - old_log_probs)``). Pure, no copy.
+
+    >>> from types import SimpleNamespace as NS
+    >>> experience_sampler_inputs(NS(rollout_log_probs=None))
+    {}
+    """
+    sampler = getattr(experience, "rollout_log_probs", None)
+    return {} if sampler is None else {"sampler_logprobs": sampler}
+
+
+def rollout_sampler_inputs(experiences: Sequence[Any]) -> dict[str, torch.Tensor]:
+    """``truncated``: OpenRLHF's own per-row flag (``Experience.truncated``, vLLM's ``finish_reason ==
+    "length"``, the flag behind its ``rollout/truncated_rate``), concatenated in the rollout's row order;
+    nothing when any experience lacks it.
+
+    >>> from types import SimpleNamespace as NS
+    >>> rollout_sampler_inputs([NS(truncated=torch.tensor([True])), NS(truncated=torch.tensor([False, True]))])
+    {'truncated': tensor([ True, False,  True])}
+    """
+    flags = [getattr(e, "truncated", None) for e in experiences]
+    if not flags or any(f is None for f in flags):
+        return {}
+    return {"truncated": torch.cat([torch.as_tensor(f).reshape(-1).bool() for f in flags])}

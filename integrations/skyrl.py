@@ -25,7 +25,10 @@ advantages observed are the estimator's. With ``use_kl_in_reward`` (off in SkyRL
 ``ppo_base_config.yaml``) the trainer subtracts the KL from the token rewards before the
 dispatcher, and SkyRL's ``grpo``/``rloo`` normalise the KL-shaped scores: the rewards observed
 are those scores and the advantages are checked on them exactly. ``gae`` reads a learned
-critic's values: rewards and groups only, said once. SkyRL's trainer runs in a Ray task
+critic's values: rewards and groups only, said once. The sampler's side comes from the ``TrainingInputBatch``
+the calling trainer method holds (:func:`find_training_input`, :func:`training_input_token_inputs`):
+``rollout_logprobs`` against ``action_log_probs`` over ``loss_mask``, truncation at
+``generator.sampling_params.max_generate_length`` for single-turn runs. SkyRL's trainer runs in a Ray task
 (``skyrl_entrypoint``): call ``attach()`` in that process, e.g. with Ray's
 ``worker_process_setup_hook`` = ``"grpo_monitor.integrations.skyrl.attach_from_env"``, which
 wraps the dispatcher when that process first imports ``ppo_utils`` (a hook must not import it:
@@ -42,6 +45,7 @@ import importlib.util
 import inspect
 import re
 import sys
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -182,7 +186,7 @@ def _capturer(signature: inspect.Signature):
         declared = declared_estimator(bound["adv_estimator"], bound.get("grpo_norm_by_std", True), extra.get("epsilon"))
         declared = with_trackers(declared, trainer_setting(("cfg", "trainer")))
         return Call(declared, {"rewards": bound["token_level_rewards"], "mask": bound["response_mask"],
-                               "index": bound["index"]})
+                               "index": bound["index"], "sampler": _sampler_capture(bound["response_mask"])})
 
     return capture
 
@@ -203,9 +207,10 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> N
     ids = [index[i] for i in np.flatnonzero(keep)]
     sel = torch.from_numpy(keep).to(rewards.device)
     m = mask[sel]
+    tokens = _sampler_inputs(call.before.get("sampler"), sel, m)
     monitor.observe_rollout(rewards[sel], group_ids=ids, lengths=m.sum(-1),
-                            advantages=row_advantages(advantages[sel], m) if check else None)
-    monitor.observe_loss(mask=m, advantages=advantages[sel] if check else None)
+                            advantages=row_advantages(advantages[sel], m) if check else None, **tokens["rollout"])
+    monitor.observe_loss(**{"mask": m, **tokens["loss"]}, advantages=advantages[sel] if check else None)
 
 
 def _real_rows(index: Any) -> np.ndarray:
@@ -215,3 +220,96 @@ def _real_rows(index: Any) -> np.ndarray:
     for uid in ids:
         counts[uid] = counts.get(uid, 0) + 1
     return np.array([not (isinstance(u, str) and _PAD_UID.fullmatch(u) and counts[u] == 1) for u in ids], dtype=bool)
+
+
+# ------------------------------------------------------------ the sampler's side
+#: ``TrainingInputBatch`` key -> ``observe_loss`` argument.
+SAMPLER_KEYS: dict[str, str] = {"rollout_logprobs": "sampler_logprobs", "action_log_probs": "old_logprobs"}
+_FRAMES = 12  # caller frames searched for the training batch (SkyRL's trainer method is one or two up)
+
+
+def training_input_token_inputs(data: Any, max_generate_length: int | None = None
+                                ) -> dict[str, dict[str, torch.Tensor]]:
+    """The sampler's ``observe_loss`` and ``observe_rollout`` arguments a SkyRL ``TrainingInputBatch`` holds.
+
+    Pure (no monitor, no copy): ``{"loss": {...}, "rollout": {...}}`` with ``mask`` = ``loss_mask``
+    (the tokens SkyRL's policy loss averages over: 0 on environment observations and padding),
+    ``sampler_logprobs`` = ``rollout_logprobs`` (the inference engine's, present when
+    ``generator.sampling_params.logprobs`` is set), ``old_logprobs`` = ``action_log_probs`` (the
+    policy's forward in ``fwd_logprobs_values_reward``); ``truncated`` = ``response_mask.sum(-1) >=
+    max_generate_length`` when the limit is given. Absent tensors are left out.
+
+    >>> d = {"response_mask": torch.tensor([[1, 1, 1], [1, 0, 0]]), "loss_mask": torch.tensor([[1, 1, 1], [1, 0, 0]])}
+    >>> training_input_token_inputs(d, max_generate_length=3)["rollout"]["truncated"].tolist()
+    [True, False]
+    """
+    if "response_mask" not in data:
+        raise ValueError(f"data has no 'response_mask' (keys: {sorted(data.keys())}); pass SkyRL's TrainingInputBatch")
+    present = {k: v for k, v in data.items() if v is not None}
+    mask = present.get("loss_mask", data["response_mask"])
+    loss = {"mask": mask, **{ours: present[theirs] for theirs, ours in SAMPLER_KEYS.items() if theirs in present}}
+    rollout = {}
+    if max_generate_length is not None:
+        rollout["truncated"] = data["response_mask"].sum(-1) >= int(max_generate_length)
+    return {"loss": loss, "rollout": rollout}
+
+
+def find_training_input(response_mask: torch.Tensor, limit: int = _FRAMES) -> tuple[Any, Any] | None:
+    """``(batch, rows)``: the ``TrainingInputBatch`` a caller up the stack holds whose rows are the dispatcher's.
+
+    SkyRL's trainer calls the dispatcher with ``response_mask=data["response_mask"]`` (the same
+    tensor: ``rows`` is None) or, for step-wise trajectories, ``data["response_mask"][is_last_step]``
+    (``rows`` is ``is_last_step``); any other batch is not it. None when no caller holds one.
+    """
+    frame: types.FrameType | None = sys._getframe(1)
+    try:
+        for _ in range(limit):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            for value in list(frame.f_locals.values()):
+                found, rows = _rows_of(value, response_mask)
+                if found:
+                    return value, rows
+        return None
+    finally:
+        del frame
+
+
+def _rows_of(value: Any, response_mask: torch.Tensor) -> tuple[bool, Any]:
+    """Whether ``value`` is the dispatcher's batch, and the rows of it the dispatcher got (None: all)."""
+    if (not isinstance(value, dict) or not isinstance(value.get("response_mask"), torch.Tensor)
+            or not any(isinstance(value.get(k), torch.Tensor) for k in ("loss_mask", *SAMPLER_KEYS))):
+        return False, None  # not a training batch (e.g. the dispatcher's own keyword arguments)
+    mask = value["response_mask"]
+    if mask is response_mask:
+        return True, None
+    last = value.get("is_last_step")
+    if (isinstance(last, torch.Tensor) and last.dtype == torch.bool and last.shape == mask.shape[:1]
+            and mask.shape[1:] == response_mask.shape[1:] and int(last.sum()) == response_mask.shape[0]
+            and torch.equal(mask[last], response_mask)):
+        return True, last
+    return False, None
+
+
+def _sampler_capture(response_mask: torch.Tensor) -> dict[str, Any] | None:
+    """Before the call: the trainer's training batch and the declared response-length limit (single-turn)."""
+    found = find_training_input(response_mask)
+    if found is None:
+        return None
+    generator = trainer_setting(("cfg", "generator"))
+    turns = getattr(generator, "max_turns", None)
+    limit = getattr(getattr(generator, "sampling_params", None), "max_generate_length", None)
+    return {"batch": found[0], "rows": found[1], "max_generate_length": limit if turns == 1 else None}
+
+
+def _sampler_inputs(captured: dict[str, Any] | None, sel: torch.Tensor, mask: torch.Tensor
+                    ) -> dict[str, dict[str, torch.Tensor]]:
+    """The training batch's token inputs for the dispatcher's real rows ``sel`` (its padding left out)."""
+    if captured is None:
+        return {"loss": {}, "rollout": {}}
+    rows = captured["rows"]
+    tokens = training_input_token_inputs(captured["batch"])
+    loss = {k: (v if rows is None else v[rows])[sel] for k, v in tokens["loss"].items()}
+    limit = captured["max_generate_length"]
+    return {"loss": loss, "rollout": {} if limit is None else {"truncated": mask.sum(-1) >= int(limit)}}

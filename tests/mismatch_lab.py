@@ -35,6 +35,7 @@ class Batch:
     old_logprobs: torch.Tensor
     entropy: torch.Tensor
     rewards: torch.Tensor
+    sequences: torch.Tensor | None = None  # prompt + response token ids, ``(rows, PROMPT + new_tokens)``
 
 
 def tiny_model(seed: int, logit_scale: float = 20.0):
@@ -73,6 +74,8 @@ class Lab:
         self.gen = torch.Generator().manual_seed(seed)
         self.history = [self._weights()]  # the trainer's weights after each optimizer step, oldest first
         self.initial = self.history[0]  # what a sampler never synced holds
+        self.scored_with: tuple[dict, dict] | None = None  # (sampler, trainer) weights of the last step
+        self._float = copy.deepcopy(self.model)  # a float32 scratch copy for ``policy_kl``
 
     def _weights(self) -> dict[str, torch.Tensor]:
         return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
@@ -102,8 +105,11 @@ class Lab:
         ``unsynced``: the initial weights, never synced)."""
         if defect == "unsynced":
             self.sampler.load_state_dict(self.initial)
+            sampler_weights = self.initial
         else:
             self.sync(lag if defect == "stale_weights" else 0)
+            sampler_weights = self.history[max(0, len(self.history) - 1 - (lag if defect == "stale_weights" else 0))]
+        self.scored_with = (sampler_weights, self.history[-1])
         seqs, sampler_lp = self.sample(top_p=0.9 if defect == "top_p" else None)
         lengths = torch.randint(self.new // 2, self.new + 1, (self.rows,), generator=self.gen)
         mask = (torch.arange(self.new)[None] < lengths[:, None]).float()
@@ -122,7 +128,21 @@ class Lab:
         toks = seqs[:, -self.new:]
         rewards = ((toks % 3 == 0) & (toks > 2) & (mask > 0)).float().sum(1) / mask.sum(1)  # learnable; not the pad
         self._train(seqs, rewards)
-        return Batch(mask, sampler_lp, old, entropy, rewards)
+        return Batch(mask, sampler_lp, old, entropy, rewards, seqs)
+
+    def policy_kl(self, batch: Batch) -> float:
+        """The exact KL(sampler weights ‖ trainer weights) of the last step, both in float32 and over the whole
+        vocabulary at every valid position of ``batch`` (float64 mean): the policy movement a stale sampler's k3
+        estimates from one sampled token per position, without the sampling error or the bf16 noise."""
+        assert self.scored_with is not None and batch.sequences is not None, "call step() first"
+        logps = []
+        for weights in self.scored_with:
+            self._float.load_state_dict(weights)
+            with torch.no_grad():
+                logits = self._float(batch.sequences).logits[:, -self.new - 1:-1].double() / self.temperature
+            logps.append(torch.log_softmax(logits, -1))
+        per_position = (logps[0].exp() * (logps[0] - logps[1])).sum(-1)
+        return float((per_position * batch.mask).sum() / batch.mask.sum())
 
     def _train(self, seqs: torch.Tensor, rewards: torch.Tensor) -> None:
         """One Adam step on REINFORCE with a batch-mean baseline; the new weights join the history."""

@@ -94,7 +94,9 @@ def _groups() -> list[Metric]:
         _m("grpo/reward/question_std", "reward units", ROWS, "one histogram per step", "Population std of the "
            "rewards of each retained group; a spike at 0 is the degenerate share.", kind="histogram", **roll),
         _m("grpo/questions", "one row per question", HISTORY, "the latest table", "Per-question table (success "
-           "rate, reward std, times seen, times filtered; most filtered first) every table_every steps; a question "
+           "rate, reward std, times seen, times filtered; its degenerate groups all unsolved, all solved and other "
+           "(degenerate_low/high/other, split as grpo/groups/degenerate_*_rate); truncated_rate and "
+           "degenerate_truncated where truncation is given; most filtered first) every table_every steps; a question "
            "filtered in every attempt is stuck.", kind="table", needs="question_ids", **roll),
     ]
 

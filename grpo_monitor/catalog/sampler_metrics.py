@@ -23,8 +23,9 @@ def mismatch_entries() -> list[Metric]:
     kl, ratio = "mismatch KL: k1 and k3", "importance weight rho = exp(Delta): min / mean / max"
     return [
         _m("grpo/mismatch/k1_mean", "nats", RATIO, _TOK, "Mean of -Delta = sampler - trainer log-prob: the k1 "
-           "estimate of KL(sampler || trainer), prime-rl's mismatch_kl and NeMo-RL's gen_kl_error up to sign "
-           "conventions; it is > 0 on healthy noise, so it is not a bias test.", panel=kl, **mm),
+           "estimate of KL(sampler || trainer), OpenRLHF's vllm_kl (the same sign), prime-rl's mismatch_kl and "
+           "NeMo-RL's gen_kl_error up to sign conventions; it is > 0 on healthy noise, so it is not a bias "
+           "test.", panel=kl, **mm),
         _m("grpo/mismatch/k3_mean", "nats", RATIO, _TOK, "Mean of k3 = exp(Delta) - Delta - 1 (never negative, "
            "unbiased for KL(sampler || trainer); verl's rollout_corr KL): the mismatch invariant's error test. "
            "Numerical noise stays far below tolerances.mismatch_k3 (docs/mismatch.md).", panel=kl, **mm),
@@ -37,8 +38,9 @@ def mismatch_entries() -> list[Metric]:
            "2^-16..2^6) summed over micro-batches and ranks", "max", "The 99th percentile of |Delta|: the upper "
            "edge of the histogram bin holding it (within 25% above the exact value), at most abs_diff_max.", **mm),
         _m("grpo/mismatch/ratio_mean", "ratio", RATIO, _TOK, "Mean token importance weight rho: TRL's "
-           "sampling/importance_sampling_ratio/mean (token modes). E_sampler[rho] = 1 whatever the noise when "
-           "the sampler reports the log-probs it sampled from.", panel=ratio, **mm),
+           "sampling/importance_sampling_ratio/mean (token modes); AReaL's behave_imp_weight is rho (logged over "
+           "the tokens its filter keeps). E_sampler[rho] = 1 whatever the noise when the sampler reports the "
+           "log-probs it sampled from.", panel=ratio, **mm),
         _m("grpo/mismatch/ratio_min", "ratio", "min over micro-batches and ranks", "min", "Smallest rho "
            "(exp of the smallest Delta): TRL's sampling/importance_sampling_ratio/min.", panel=ratio, **mm),
         _m("grpo/mismatch/ratio_max", "ratio", MAX, "max", "Largest rho: TRL's "

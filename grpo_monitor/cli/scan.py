@@ -40,6 +40,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "config when recorded, else auto")
     parser.add_argument("--columns", default=None, metavar="KEY=FIELD,...",
                         help="field names: step=...,group=...,reward=...(a+b sums),advantage=...,question=...")
+    parser.add_argument("--metrics", default=None, metavar="RECORDING",
+                        help="the run's logged scalars (an offline W&B run, TensorBoard event files, verl's file "
+                        "logger JSONL): the sampler-side keys it holds (TRL sampling/*, verl rollout_corr/*, "
+                        "NeMo-RL token_mult_prob_error, entropy, truncation) are reported under grpo/mismatch/, "
+                        "grpo/entropy/, grpo/rows/; a TRL W&B run scanned for its tables is read for them by itself")
     parser.add_argument("--out", default=None, help="output folder (default: ./scan-<name of PATH>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier scan in --out")
     parser.add_argument("--fail-on-error", action="store_true",
@@ -67,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             result = scan_rollouts(
                 args.path, args.out or default_out(args.path), fmt=args.format, group_size=args.group_size,
                 estimator=args.estimator, columns=parse_columns(args.columns), overwrite=args.overwrite,
-                quiet=args.quiet, report=not args.no_report,
+                quiet=args.quiet, report=not args.no_report, metrics=args.metrics,
             )
     except (InputFileError, OSError) as exc:  # ScanInputError is an InputFileError
         return fail("scan", exc)

@@ -77,6 +77,12 @@ class _Record:
     recent_success: float = 0.0  # success_sum, response_count and times_seen with older
     recent_count: float = 0.0  # steps down-weighted by the history's half-life
     recent_groups: float = 0.0
+    degenerate_low: int = 0  # degenerate groups by kind (step.metrics.degenerate_kinds): every row at the
+    degenerate_high: int = 0  # batch's lowest reward (unsolved), at its highest (solved), anything else
+    degenerate_other: int = 0
+    truncated_rows: int = 0  # rows cut at the length limit, out of the rows whose truncation was given
+    truncation_rows: int = 0
+    degenerate_truncated: int = 0  # degenerate groups whose rows were all cut
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(_Record))
@@ -122,11 +128,17 @@ class QuestionHistory:
         counts: np.ndarray,
         filtered: np.ndarray,
         reward_std: np.ndarray,
+        kinds: np.ndarray | None = None,
+        truncated: np.ndarray | None = None,
+        rows: np.ndarray | None = None,
     ) -> None:
         """Fold one step's groups in: one entry per group in every argument.
 
         ``successes`` is the number of reward-1 rows (or the reward sum), ``counts`` the
-        valid rows, ``filtered`` whether dynamic sampling discarded the group.
+        valid rows, ``filtered`` whether dynamic sampling discarded the group; optional:
+        ``kinds`` the degenerate split (``step.metrics.degenerate_kinds`` codes), ``truncated``
+        the group's rows cut at the length limit (NaN where not given) out of its ``rows``
+        (all rows, scorable or not; ``counts`` when omitted).
         """
         step = self._check_step(step)
         codes, unique = _encode(question_ids)
@@ -138,10 +150,13 @@ class QuestionHistory:
         response_counts = np.bincount(codes, weights=n, minlength=m).astype(np.int64)
         last_group = np.full(m, -1, dtype=np.int64)
         np.maximum.at(last_group, codes, np.arange(len(codes)))
-        rows = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
-                   response_counts.tolist(), stds[last_group].tolist(), strict=True)
-        for qid, n_seen, n_drop, s_sum, r_count, std in rows:  # one pass over distinct questions
-            self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std)
+        all_rows = _optional(rows, len(codes), "rows")
+        split = _split_counts(codes, m, _optional(kinds, len(codes), "kinds"),
+                              _optional(truncated, len(codes), "truncated"), n if all_rows is None else all_rows)
+        items = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
+                    response_counts.tolist(), stds[last_group].tolist(), split.T.tolist(), strict=True)
+        for qid, n_seen, n_drop, s_sum, r_count, std, counts_ in items:  # one pass over distinct questions
+            self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std, counts_)
         while len(self._records) > self.cap:
             self._stuck.pop(self._records.popitem(last=False)[0], None)
 
@@ -153,8 +168,11 @@ class QuestionHistory:
         self._last_step = int(step)
         return int(step)
 
-    def _fold(self, qid: Hashable, step: int, seen: int, dropped: int, s_sum: float, r_count: int, std: float) -> None:
+    def _fold(self, qid: Hashable, step: int, seen: int, dropped: int, s_sum: float, r_count: int, std: float,
+              split: list[float]) -> None:
         record = self._records.pop(qid, None) or _Record()
+        for name, add in zip(_SPLIT_FIELDS, split, strict=True):
+            setattr(record, name, getattr(record, name) + int(add))
         all_filtered = dropped == seen
         if record.last_step == step:  # a second batch of the same step: only a kept group breaks the streak
             record.stuck_streak = record.stuck_streak if all_filtered else 0
@@ -241,13 +259,52 @@ class QuestionHistory:
 
 def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:
     rate = record.success_sum / record.response_count if record.response_count else math.nan
-    return {
+    row = {
         "question_id": question_id,
         "success_rate": rate,
         "reward_std": record.last_reward_std,
         "times_seen": record.times_seen,
         "times_filtered": record.times_filtered,
+        "degenerate_low": record.degenerate_low,
+        "degenerate_high": record.degenerate_high,
+        "degenerate_other": record.degenerate_other,
     }
+    if record.truncation_rows:  # only for questions whose truncation was given
+        row.update(truncated_rate=record.truncated_rows / record.truncation_rows,
+                   degenerate_truncated=record.degenerate_truncated)
+    return row
+
+
+#: The split counters of a record, in the order :func:`_split_counts` returns them.
+_SPLIT_FIELDS = ("degenerate_low", "degenerate_high", "degenerate_other", "truncated_rows", "truncation_rows",
+                 "degenerate_truncated")
+
+
+def _optional(values: Any, n_groups: int, name: str) -> np.ndarray | None:
+    if values is None:
+        return None
+    array = np.asarray(values, dtype=np.float64).reshape(-1)
+    if array.shape != (n_groups,):
+        raise ValueError(f"{name} has shape {array.shape} but question_ids has {n_groups} entries; pass one entry "
+                         "per group")
+    return array
+
+
+def _split_counts(codes: np.ndarray, m: int, kinds: np.ndarray | None, truncated: np.ndarray | None,
+                  rows: np.ndarray) -> np.ndarray:
+    """Per distinct question, the ``_SPLIT_FIELDS`` counts of the step, shape ``(6, m)`` (one bincount each)."""
+    out = np.zeros((len(_SPLIT_FIELDS), m))
+    if kinds is not None:
+        for i, code in enumerate((1, 2, 3)):  # DEGENERATE_LOW, _HIGH, _OTHER of step.metrics
+            out[i] = np.bincount(codes, weights=(kinds == code), minlength=m)
+    if truncated is not None:
+        given = ~np.isnan(truncated)
+        out[3] = np.bincount(codes, weights=np.where(given, truncated, 0.0), minlength=m)
+        out[4] = np.bincount(codes, weights=np.where(given, rows, 0.0), minlength=m)
+        if kinds is not None:
+            all_cut = given & (kinds > 0) & (truncated >= rows) & (rows > 0)
+            out[5] = np.bincount(codes, weights=all_cut, minlength=m)
+    return out
 
 
 def _hashable(value: Any) -> Hashable:

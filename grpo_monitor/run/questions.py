@@ -11,6 +11,7 @@ import numpy as np
 
 from ..config import MonitorConfig
 from ..step.accumulator import GroupArrays
+from ..step.metrics import degenerate_kinds
 from .history import QuestionHistory
 
 
@@ -85,11 +86,13 @@ class QuestionTracker:
         self.binary = True  # every reward folded into the history so far was 0/1 (the iid prediction applies)
 
     def update(self, step: int, kept: list[GroupArrays], generated: list[GroupArrays],
-               binary: bool) -> dict[str, float]:
+               binary: bool, reward_range: tuple[float, float] | None = None) -> dict[str, float]:
         """Fold the step's groups with question ids into the history; the per-question metrics of the step.
 
         ``kept`` are the retained (training) groups, ``generated`` every generated group
-        (dynamic sampling); ``binary`` says the step's rewards were all 0/1.
+        (dynamic sampling); ``binary`` says the step's rewards were all 0/1; ``reward_range`` the
+        batch's (lowest, highest) reward, which splits the degenerate groups as
+        ``grpo/groups/degenerate_{low,high,other}_rate`` do (None: from the groups themselves).
         """
         kept_cat = _concat([k for k in kept if k.questions is not None])
         gen_cat = _concat([g for g in generated if g.questions is not None])
@@ -101,8 +104,10 @@ class QuestionTracker:
             filtered = filtered_flags(_labels(cat), cat.degenerate, _labels(kept_cat) if kept_cat is not None else [])
         keep = np.isfinite(cat.reward_sum)  # an infinite reward is a `finite` breach, kept out of the history
         questions = _labels(cat) if keep.all() else [q for q, k in zip(_labels(cat), keep, strict=True) if k]
+        lo, hi = reward_range if reward_range is not None else _value_range(cat)
+        kinds = degenerate_kinds(cat.degenerate, cat.reward_sum, cat.n, lo, hi)
         self.history.update(step, questions, cat.reward_sum[keep], cat.n[keep].astype(np.int64), filtered[keep],
-                            cat.std[keep])
+                            cat.std[keep], kinds=kinds[keep], truncated=cat.truncated[keep], rows=cat.rows[keep])
         self.binary = self.binary and binary  # pooled success rates mix in every earlier step's rewards
         out: dict[str, float] = {"grpo/sampling/stuck_questions": float(len(self.history.stuck_questions()))}
         if self.binary:
@@ -146,8 +151,15 @@ def _concat(records: list[GroupArrays]) -> GroupArrays | None:
     """The records as one (None when there are none)."""
     if len(records) <= 1:
         return records[0] if records else None
-    flat = np.concatenate([np.stack([r.std, r.reward_sum, r.n, r.degenerate.astype(float)]) for r in records], axis=1)
+    flat = np.concatenate([np.stack([r.std, r.reward_sum, r.n, r.degenerate.astype(float), r.truncated, r.rows])
+                           for r in records], axis=1)
     return GroupArrays(flat.reshape(-1), [q for r in records for q in _labels(r)])
+
+
+def _value_range(arrays: GroupArrays) -> tuple[float, float]:
+    """The lowest and highest group mean reward (when no batch range is known); (nan, nan) when none scored."""
+    values = arrays.reward_sum[arrays.n > 0] / arrays.n[arrays.n > 0]
+    return (float(values.min()), float(values.max())) if len(values) else (math.nan, math.nan)
 
 
 def _labels(arrays: GroupArrays) -> list[Hashable]:

@@ -47,6 +47,12 @@ class RecordState(_Strict):
     recent_success: Amount = 0.0
     recent_count: Amount = 0.0
     recent_groups: Amount = 0.0
+    degenerate_low: Count = 0
+    degenerate_high: Count = 0
+    degenerate_other: Count = 0
+    truncated_rows: Count = 0
+    truncation_rows: Count = 0
+    degenerate_truncated: Count = 0
 
     @field_validator("last_reward_std")
     @classmethod

@@ -33,6 +33,20 @@ class RunUpdate:
     table: list[dict[str, Any]] | None = None
 
 
+def _reward_range(rollout: dict[str, float] | None, groups: HostGroups) -> tuple[float, float] | None:
+    """The batch's reward range for the degenerate split of the history: the rollout's, widened by the
+    generated groups' degenerate values (dynamic sampling discards groups outside the retained range)."""
+    if not rollout or not rollout.get("groups", 0) > 0:
+        return None
+    lo, hi = rollout["reward_min"], rollout["reward_max"]
+    for g in groups.generated:
+        scored = g.degenerate & (g.n > 0)
+        if scored.any():
+            values = g.reward_sum[scored] / g.n[scored]
+            lo, hi = min(lo, float(values.min())), max(hi, float(values.max()))
+    return lo, hi
+
+
 class RunState:
     """The monitor's memory between steps (see module docstring)."""
 
@@ -64,7 +78,8 @@ class RunState:
         if groups is None or not (groups.kept or groups.generated or len(groups.adv)):
             return RunUpdate(metrics)
         binary = (rollout or {}).get("nonbinary", 0) == 0 and (ledger or {}).get("generated_nonbinary", 0) == 0
-        metrics.update(self.questions.update(step, groups.kept, groups.generated, binary))
+        span = _reward_range(rollout, groups)
+        metrics.update(self.questions.update(step, groups.kept, groups.generated, binary, span))
         table = None
         if step % self.config.table_every == 0 and len(self.questions.history):
             table = self.questions.table(self.config.table_rows)

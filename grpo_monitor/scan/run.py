@@ -29,6 +29,7 @@ from ..files.writing import OutputDir
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
 from .groups import build_groups
+from .logged import LoggedMetrics, logged_notes, recorded_metrics
 from .prefetch import StepInfo, prefetched_steps
 from .progress import DelayedProgress
 from .summary import ViolationLog
@@ -60,6 +61,9 @@ class ScanResult:
     mixed_first_step: int | None = None
     mixed_types: set[str] = dataclasses.field(default_factory=set)
     disabled: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: steps that got the trainer's own logged sampler-side metrics (``.logged``), and their source keys
+    logged_steps: int = 0
+    logged_keys: dict[str, str] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     report: Path | None = None
     tensorboard: Path | None = None
@@ -180,8 +184,12 @@ def _sinks(out: Path, tensorboard: bool) -> list[Any]:
 def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group_size: int | None = None,
                   estimator: str | None = None, columns: ColumnMap = ColumnMap(), overwrite: bool = False,
                   quiet: bool = False, console: Any = None, report: bool = True, tensorboard: bool = True,
-                  prefetch: bool | None = None) -> ScanResult:
+                  prefetch: bool | None = None, metrics: str | Path | None = None) -> ScanResult:
     """Scan the rollouts recorded at ``path`` into ``out`` (see the module docstring); the :class:`ScanResult`.
+
+    ``metrics`` is the run's recording of its logged scalars (an offline W&B run, TensorBoard event files,
+    verl's ``file`` logger JSONL): the sampler-side keys it holds are reported under the monitor's keys
+    (:mod:`.logged`). A TRL W&B run scanned for its tables is read for them by itself.
 
     ``prefetch`` reads and groups in a child process, beside the monitor (None: when the
     input is large and there is more than one CPU). Raises :class:`ScanInputError` (a
@@ -190,7 +198,7 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
     """
     try:
         return _scan(path, Path(out), fmt, group_size, estimator, columns, overwrite, quiet, console, report,
-                     tensorboard, prefetch)
+                     tensorboard, prefetch, metrics)
     except InputFileError as exc:
         if isinstance(exc, ScanInputError):
             raise
@@ -199,18 +207,20 @@ def scan_rollouts(path: str | Path, out: str | Path, *, fmt: str = "auto", group
 
 def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimator: str | None, columns: ColumnMap,
           overwrite: bool, quiet: bool, console: Any, report: bool, tensorboard: bool,
-          prefetch: bool | None) -> ScanResult:
+          prefetch: bool | None, metrics: str | Path | None) -> ScanResult:
     if group_size is not None and (not isinstance(group_size, int) or group_size < 2):
         raise ScanInputError(f"--group-size must be an integer >= 2, but got {group_size!r}")
     _check_estimator(estimator)
     reader = open_reader(path, fmt, columns, group_size)
+    logged = recorded_metrics(metrics, reader)
     config = monitor_config(reader.declared, group_size, estimator)
     check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
     created = not out.exists()
     prepare_out(out, overwrite)
     staging = Path(tempfile.mkdtemp(prefix=".grpo-monitor-scan-", dir=out))
     try:
-        result = _scan_into(staging, path, reader, config, columns, estimator, quiet, console, tensorboard, prefetch)
+        result = _scan_into(staging, path, reader, config, columns, estimator, quiet, console, tensorboard, prefetch,
+                            logged)
     except Exception:  # a record that does not fit (or a fault): --out stays as it was, earlier outputs included
         shutil.rmtree(staging, ignore_errors=True)
         if created:
@@ -246,7 +256,8 @@ def check_out(out: Path, inputs: list[Path]) -> None:
 
 
 def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: ColumnMap, estimator: str | None,
-               quiet: bool, console: Any, tensorboard: bool, prefetch: bool | None) -> ScanResult:
+               quiet: bool, console: Any, tensorboard: bool, prefetch: bool | None,
+               logged: LoggedMetrics | None = None) -> ScanResult:
     """The scan loop, writing ``monitor.jsonl``, the TensorBoard events and ``run.json`` into ``out`` (the
     staging folder)."""
     result = ScanResult(Path(path), reader.format, out, _config_text(config, reader.declared, estimator),
@@ -260,8 +271,8 @@ def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: C
     found: list[str] = []
     steps = prefetched_steps(reader.source, reader.format, columns, config.group_size, found) if ahead else \
         _in_process(reader, config.group_size)
-    _feed(steps, config, sinks, result, progress)
-    _gather_notes(result, reader.notes + found)
+    _feed(steps, config, sinks, result, progress, logged)
+    _gather_notes(result, reader.notes + found + logged_notes(logged, result, config.tolerances.mismatch_k3))
     with OutputDir(out) as folder:
         folder.write("run.json", json.dumps({"scanned": str(path), "format": reader.format, **result.config}))
     return result
@@ -301,7 +312,7 @@ def _in_process(reader: Any, group_size: int | None) -> Iterator[tuple[StepInfo,
 
 
 def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], result: ScanResult,
-          progress: DelayedProgress) -> None:
+          progress: DelayedProgress, logged: LoggedMetrics | None = None) -> None:
     """The loop: one step read, grouped, observed and reported at a time."""
     from ..monitor import GRPOMonitor
 
@@ -317,6 +328,9 @@ def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], 
             warnings.filterwarnings("ignore", message="grpo-monitor: step", category=RuntimeWarning)
             for info, groups in steps:
                 monitor.observe_rollout(**groups.observe_kwargs())
+                if logged is not None and (recorded := logged.for_step(info.step)):
+                    monitor._add_recorded(recorded)
+                    result.logged_steps += 1
                 report = monitor.end_step(step=info.step)
                 result.violations.add(report)
                 result.questions.update(groups)

@@ -1,10 +1,12 @@
 """A saved W&B workspace for grpo-monitor runs, built as data (saving is the CLI's job).
 
-One section per section of the metric catalogue (Groups, Advantages, KL, Sampling,
-Invariants, Tokens, Monitor, Integrations), holding line plots with ``grpo/step`` on the x
-axis: one per catalogued scalar, or per group of related ones (the layout of
-:mod:`grpo_monitor.sinks.layout`, shared with TensorBoard), e.g. the observed degenerate
-rate beside its iid prediction and the three KL estimators together; catalogued tables
+One section per section of the metric catalogue (Groups, Advantages, KL, Mismatch, Entropy,
+Sampling, Invariants, Tokens, Weights, Monitor, Integrations), holding line plots with
+``grpo/step`` on the x axis: one per catalogued scalar, or per group of related ones (the
+layout of :mod:`grpo_monitor.sinks.layout`, shared with TensorBoard), e.g. the observed
+degenerate rate beside its iid prediction, the three KL estimators together, the mismatch
+KL k1 and k3, the importance weight's min / mean / max, the degenerate split (unsolved /
+solved / other), the entropy's mean and std; catalogued tables
 (the per-question ``grpo/questions``) get a table panel in their section.
 """
 

@@ -45,6 +45,7 @@ class RolloutDetail:
     fit: AdvantageFit | None
     reward_sum: torch.Tensor
     offending: dict[str, torch.Tensor]  # invariant -> bool (groups,)
+    truncated: torch.Tensor | None = None  # per group: rows cut at the length limit (None: not given)
 
 
 def rollout_stats(
@@ -80,7 +81,8 @@ def rollout_stats(
         offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
     vals.update(split_fields(rewards, s, seg, lengths, truncated))
-    return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending)
+    cut = seg.sum(seg.rows(truncated)) if truncated is not None else None
+    return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending, cut)
 
 
 def split_fields(rewards: torch.Tensor, s: GroupRewardStats, seg: Segments, lengths: torch.Tensor | None,

@@ -32,15 +32,17 @@ LEDGER = FieldLayout(LEDGER_FIELDS)
 
 
 #: The per-group arrays a record sends to the host at the end of a step, in this order.
-GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate")
+GROUP_ARRAYS = ("std", "reward_sum", "n", "degenerate", "truncated", "rows")
 
 
 class GroupArrays:
-    """Host copies of one record's per-group arrays (``GROUP_ARRAYS``: std, reward sum, valid count, degenerate)."""
+    """Host copies of one record's per-group arrays (``GROUP_ARRAYS``: std, reward sum, valid count, degenerate,
+    truncated rows — NaN where the call gave no truncation —, rows, scorable or not)."""
 
     def __init__(self, flat: np.ndarray, questions: Sequence[Hashable] | None):
-        std, rsum, n, degen = flat.reshape(len(GROUP_ARRAYS), -1)
+        std, rsum, n, degen, cut, rows = flat.reshape(len(GROUP_ARRAYS), -1)
         self.std, self.reward_sum, self.n, self.degenerate = std, rsum, n, degen.astype(bool)
+        self.truncated, self.rows = cut, rows
         self.questions = list(questions) if questions is not None else None
 
 
@@ -160,9 +162,12 @@ class Accumulator:
     def group_arrays(self) -> list[torch.Tensor]:
         """Local per-group tensors needed on the host at the end of the step."""
         out = []
-        for stats, reward_sum in [(r.detail.stats, r.detail.reward_sum) for r in self.rollouts] + \
-                [(g.stats, g.reward_sum) for g in self.generations]:
-            out += [stats.std, reward_sum, stats.n, stats.degenerate.double()]  # GROUP_ARRAYS, in order
+        for stats, reward_sum, cut in [(r.detail.stats, r.detail.reward_sum, r.detail.truncated)
+                                       for r in self.rollouts] + [(g.stats, g.reward_sum, None)
+                                                                  for g in self.generations]:
+            cut = torch.full_like(stats.std, torch.nan) if cut is None else cut.to(stats.std.dtype)
+            out += [stats.std, reward_sum, stats.n, stats.degenerate.double(), cut,
+                    stats.rows.to(stats.std.dtype)]  # GROUP_ARRAYS, in order
         return out + [self.advantage_sample()]
 
     def host_groups(self, flat: np.ndarray) -> HostGroups:

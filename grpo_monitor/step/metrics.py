@@ -50,6 +50,31 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
     return out
 
 
+#: ``degenerate_kinds`` codes: a live group, a degenerate one at the batch's lowest reward (unsolved), at its
+#: highest (solved), anywhere else (or with no scorable row).
+LIVE, DEGENERATE_LOW, DEGENERATE_HIGH, DEGENERATE_OTHER = 0, 1, 2, 3
+
+
+def degenerate_kinds(degenerate: np.ndarray, reward_sum: np.ndarray, n: np.ndarray, lo: float,
+                     hi: float) -> np.ndarray:
+    """Per group, which kind of degenerate group it is (the codes above) given the batch's reward range
+    ``[lo, hi]``: its value (reward sum over scorable rows) equal to ``lo``, to ``hi`` or neither. A batch
+    holding a single value counts as low when it is <= 0, high when > 0.
+
+    >>> degenerate_kinds(np.array([True, True, False, True]), np.array([0.0, 4.0, 2.0, 1.0]),
+    ...                  np.array([4.0, 4.0, 4.0, 2.0]), 0.0, 1.0).tolist()
+    [1, 2, 0, 3]
+    """
+    scored = degenerate & (n > 0)
+    value = reward_sum / np.maximum(n, 1)
+    at_lo, at_hi = np.isclose(value, lo, rtol=1e-9, atol=0), np.isclose(value, hi, rtol=1e-9, atol=0)
+    if lo == hi:
+        at_lo, at_hi = at_lo & (value <= 0), at_hi & (value > 0)
+    kinds = np.where(degenerate, DEGENERATE_OTHER, LIVE)
+    kinds = np.where(scored & at_hi, DEGENERATE_HIGH, kinds)
+    return np.where(scored & at_lo, DEGENERATE_LOW, kinds).astype(np.int8)
+
+
 def degenerate_split(v: dict[str, float], kept: Sequence[Any]) -> dict[str, float]:
     """The degenerate rate split by the value its groups sit at, as shares of all groups (low + high + other
     = degenerate_rate): the batch's lowest reward (unsolved), its highest (solved), anything else.
@@ -61,12 +86,8 @@ def degenerate_split(v: dict[str, float], kept: Sequence[Any]) -> dict[str, floa
     groups, lo, hi = v["groups"], v["reward_min"], v["reward_max"]
     if not groups > 0 or not kept:
         return {}
-    degenerate = np.concatenate([k.degenerate & (k.n > 0) for k in kept])
-    value = np.concatenate([k.reward_sum / np.maximum(k.n, 1) for k in kept])[degenerate]
-    at_lo, at_hi = np.isclose(value, lo, rtol=1e-9, atol=0), np.isclose(value, hi, rtol=1e-9, atol=0)
-    if lo == hi:
-        at_lo, at_hi = at_lo & (value <= 0), at_hi & (value > 0)
-    low, high = float(at_lo.sum()), float((at_hi & ~at_lo).sum())
+    kinds = np.concatenate([degenerate_kinds(k.degenerate, k.reward_sum, k.n, lo, hi) for k in kept])
+    low, high = float((kinds == DEGENERATE_LOW).sum()), float((kinds == DEGENERATE_HIGH).sum())
     return {"grpo/groups/degenerate_low_rate": low / groups, "grpo/groups/degenerate_high_rate": high / groups,
             "grpo/groups/degenerate_other_rate": (v["degenerate"] - low - high) / groups}
 

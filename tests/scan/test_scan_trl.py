@@ -137,3 +137,19 @@ def test_one_trl_parquet_file_is_one_step(trl_run, tmp_path, prefetch):
     assert result.format == "trl-parquet" and (result.first_step, result.last_step, result.rows) == (2, 2, 8)
     live = {r["step"]: r["metrics"] for r in read_jsonl(live_log)}
     assert read_jsonl(result.log)[0]["metrics"]["grpo/groups/degenerate_rate"] == live[2]["grpo/groups/degenerate_rate"]
+
+
+def test_wandb_scan_reports_trls_logged_entropy_and_truncation(trl_run, tmp_path):
+    """The scanned W&B run also holds TRL's logged train/entropy and train/completions/clipped_ratio: the scan
+    reports them as grpo/entropy/mean and grpo/rows/truncated_rate, equal to what the live monitor computed at
+    the same step from TRL's own entropies and is_truncated tensors."""
+    wandb_root, _, live_log = trl_run
+    result = scan_rollouts(wandb_root, tmp_path / "scan", quiet=True, report=False, tensorboard=False)
+    live = {r["step"]: r["metrics"] for r in read_jsonl(live_log)}
+    scanned = {r["step"]: r["metrics"] for r in read_jsonl(result.log)}
+    assert result.logged_keys == {"train/completions/clipped_ratio": "grpo/rows/truncated_rate",
+                                  "train/entropy": "grpo/entropy/mean"}
+    for step in (1, 2, 3, 4):
+        assert scanned[step]["grpo/rows/truncated_rate"] == pytest.approx(live[step]["grpo/rows/truncated_rate"],
+                                                                          abs=1e-7)
+        assert scanned[step]["grpo/entropy/mean"] == pytest.approx(live[step]["grpo/entropy/mean"], rel=1e-5)

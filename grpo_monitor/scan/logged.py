@@ -1,0 +1,247 @@
+"""The sampler-side metrics a trainer itself logged, read from its recording and mapped onto the monitor's keys.
+
+A scan rebuilds the degenerate rate and the invariants from the recorded rollouts, but the
+training–inference mismatch, the entropy and the truncation need token log-probs that no
+rollout dump holds. The trainers log them, each under its own name: a scan reads those
+scalars from the run's recording — an offline W&B run (``run-*.wandb``), TensorBoard event
+files (``events.out.tfevents.*``) or verl's ``file`` logger (JSON Lines of
+``{"step": N, "data": {key: value}}``) — and hands them to the monitor under the
+``grpo/mismatch/``, ``grpo/entropy/`` and ``grpo/rows/`` keys whose definitions match
+(:data:`LOGGED_KEYS`, one entry per framework key). Definitions are unified to the monitor's:
+Delta = trainer log-prob minus sampler log-prob per token, ``k1_mean`` = mean of −Delta.
+Keys whose definition differs (an importance ratio after truncation or masking, a KL of a
+configurable type) are left out and named in :data:`NOT_MAPPED`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..files.reading import InputFileError, check_regular
+from .columns import ScanInputError, describe
+
+
+@dataclasses.dataclass(frozen=True)
+class LoggedKey:
+    """One framework key that equals a monitor key: where it comes from and how its definition lines up."""
+
+    framework: str
+    source: str  # the key as the framework logs it (before a logger's ``train/`` prefix)
+    key: str  # the monitor's key
+    note: str
+
+
+LOGGED_KEYS: tuple[LoggedKey, ...] = (
+    LoggedKey("TRL", "sampling/sampling_logp_difference/mean", "grpo/mismatch/abs_diff_mean",
+              "mean |old_per_token_logps − sampling_per_token_logps| over valid tokens (TRL averages the ranks' "
+              "means: equal when the ranks hold equal token counts)"),
+    LoggedKey("TRL", "sampling/sampling_logp_difference/max", "grpo/mismatch/abs_diff_max",
+              "max |old_per_token_logps − sampling_per_token_logps| over valid tokens and ranks"),
+    LoggedKey("TRL", "entropy", "grpo/entropy/mean",
+              "masked mean of the trainer's per-token entropies (averaged over the logging window's micro-batches)"),
+    LoggedKey("TRL", "completions/clipped_ratio", "grpo/rows/truncated_rate",
+              "share of completions that end without EOS (cut at max_completion_length)"),
+    LoggedKey("verl", "rollout_corr/kl", "grpo/mismatch/k1_mean",
+              "masked mean of rollout_log_probs − old_log_probs = mean of −Delta (same sign)"),
+    LoggedKey("verl", "rollout_corr/k3_kl", "grpo/mismatch/k3_mean",
+              "masked mean of exp(u) − u − 1 with u = old_log_probs − rollout_log_probs = Delta"),
+    LoggedKey("verl", "response_length/clip_ratio", "grpo/rows/truncated_rate",
+              "share of responses whose length equals max_response_length"),
+    LoggedKey("verl", "actor/entropy", "grpo/entropy/mean",
+              "the actor's entropy aggregated with its loss_agg_mode (equal under token-mean over equal "
+              "micro-batches)"),
+    LoggedKey("NeMo-RL", "token_mult_prob_error", "grpo/mismatch/mult_prob_error",
+              "masked mean of exp|generation_logprobs − prev_logprobs| over valid tokens"),
+)
+
+#: Framework keys read but not mapped, and why (they stay in the trainer's own dashboards).
+NOT_MAPPED: dict[str, str] = {
+    "sampling/importance_sampling_ratio/*": "TRL logs the ratio after truncation or masking (and per sequence in "
+                                            "the sequence modes), not the raw token weight exp(Delta)",
+    "rollout_corr/rollout_is_*": "verl's importance weights after truncation or rejection",
+    "gen_kl_error": "NeMo-RL's KL of the configured reference_policy_kl_type (k3_mean only when it is k3)",
+}
+
+_BY_SOURCE = {k.source: k for k in LOGGED_KEYS}
+#: What a logger puts before the framework's key (transformers' ``rewrite_logs``, NeMo-RL's logger).
+_PREFIXES = ("train/",)
+_EVENTS = "events.out.tfevents*"
+
+
+def monitor_key(tag: str) -> LoggedKey | None:
+    """The mapping of a logged tag (with or without a logger's ``train/`` prefix), or None.
+
+    >>> monitor_key("train/rollout_corr/k3_kl").key
+    'grpo/mismatch/k3_mean'
+    >>> monitor_key("eval/entropy") is None
+    True
+    """
+    for prefix in ("", *_PREFIXES):
+        if tag.startswith(prefix) and (entry := _BY_SOURCE.get(tag[len(prefix):])) is not None:
+            return entry
+    return None
+
+
+@dataclasses.dataclass
+class LoggedMetrics:
+    """The mapped values per logged step, and which framework keys gave them."""
+
+    source: Path
+    kind: str  # "wandb", "tensorboard" or "jsonl"
+    by_step: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
+    found: dict[str, LoggedKey] = dataclasses.field(default_factory=dict)  # logged tag -> mapping
+
+    def add(self, step: Any, tag: str, value: Any) -> None:
+        entry = monitor_key(tag)
+        if entry is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            return
+        if not math.isfinite(value) or isinstance(step, bool) or not isinstance(step, (int, float)):
+            return
+        self.found.setdefault(tag, entry)
+        self.by_step.setdefault(int(step), {})[entry.key] = float(value)
+
+    def for_step(self, step: int) -> dict[str, float]:
+        """The mapped values logged at ``step`` ({} when none)."""
+        return self.by_step.get(step, {})
+
+
+def read_logged(path: str | Path) -> LoggedMetrics:
+    """The mapped sampler-side metrics of a recording at ``path``: an offline W&B run folder (or a folder
+    holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log."""
+    p = Path(path)
+    if not p.exists():
+        raise ScanInputError(f"--metrics {p}: no such file or folder")
+    run = _wandb_run(p) if p.is_dir() else None
+    if run is not None:
+        return _from_wandb(run)
+    events = [p] if p.is_file() and p.name.startswith("events.out.tfevents") else sorted(p.rglob(_EVENTS)) \
+        if p.is_dir() else []
+    if events:
+        return _from_tensorboard(p, events)
+    if p.is_file():
+        return _from_jsonl(p)
+    raise ScanInputError(f"--metrics {p}: expected an offline W&B run folder (run-*.wandb), TensorBoard event files "
+                         "(events.out.tfevents.*) or a JSON Lines metrics log, but found none of them")
+
+
+def _wandb_run(path: Path) -> Path | None:
+    """The W&B run folder ``path`` is or holds (itself, ``*run-*/`` or ``wandb/*run-*/``); None when none."""
+    if any(path.glob("run-*.wandb")):
+        return path
+    runs = sorted({r for base in (path, path / "wandb") for r in base.glob("*run-*")
+                   if r.is_dir() and not r.is_symlink() and any(r.glob("run-*.wandb"))})
+    if len(runs) > 1:
+        raise ScanInputError(f"--metrics {path} holds {len(runs)} W&B runs ({', '.join(map(str, runs[:5]))}); "
+                             "pass one run folder")
+    return runs[0] if runs else None
+
+
+def _from_wandb(run: Path) -> LoggedMetrics:
+    from ..sinks.wandb_reader import history_rows, read_wandb_records
+
+    wandb_file = sorted(run.glob("run-*.wandb"))[-1]
+    check_regular(wandb_file, run)
+    try:
+        records = read_wandb_records(wandb_file)
+    except ValueError as exc:
+        raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
+    out = LoggedMetrics(run, "wandb")
+    for row in history_rows(records):
+        step = row.get("train/global_step", row.get("_step"))  # transformers logs the trainer's step beside
+        for tag, value in _flat(row):
+            out.add(step, tag, value)
+    return out
+
+
+def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for key, value in row.items():
+        if isinstance(value, dict) and not value.get("_type"):
+            yield from _flat(value, f"{prefix}{key}/")
+        else:
+            yield f"{prefix}{key}", value
+
+
+def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.util import tensor_util
+    except ImportError:
+        raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
+                             "(`pip install grpo-monitor[tensorboard]`)") from None
+    out = LoggedMetrics(root, "tensorboard")
+    for path in events:
+        check_regular(path, root if root.is_dir() else None)
+        for event in EventFileLoader(str(path)).Load():
+            for value in event.summary.value:
+                kind = value.WhichOneof("value")
+                number = value.simple_value if kind == "simple_value" else \
+                    float(tensor_util.make_ndarray(value.tensor)) if kind == "tensor" and \
+                    not value.tensor.tensor_shape.dim else None
+                out.add(event.step, value.tag, number)
+    return out
+
+
+def _from_jsonl(path: Path) -> LoggedMetrics:
+    """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
+    check_regular(path, None)
+    out = LoggedMetrics(path, "jsonl")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise ScanInputError(f"--metrics {path}, line {number}: not JSON ({exc.msg})") from None
+            if not isinstance(record, dict) or "step" not in record:
+                raise ScanInputError(f"--metrics {path}, line {number}: expected a record with a \"step\" (verl's "
+                                     f"file logger writes {{\"step\": N, \"data\": {{...}}}}), but got "
+                                     f"{describe(record)}")
+            data = record["data"] if isinstance(record.get("data"), dict) else record
+            for tag, value in data.items():
+                out.add(record["step"], tag, value)
+    return out
+
+
+def recorded_metrics(metrics: str | Path | None, reader: Any) -> LoggedMetrics | None:
+    """The run's logged sampler-side metrics: from ``metrics``, else from the scanned W&B run itself."""
+    if metrics is not None:
+        return read_logged(metrics)
+    if reader.format == "trl-wandb" and any(Path(reader.source).glob("run-*.wandb")):
+        try:
+            return read_logged(reader.source)
+        except (InputFileError, ImportError) as exc:  # the tables are still scanned
+            reader.notes.append(f"the W&B run's logged metrics could not be read: {exc}")
+    return None
+
+
+def logged_notes(logged: LoggedMetrics | None, result: Any, mismatch_k3: float) -> list[str]:
+    """What the logged metrics gave: the keys mapped, logged steps no recorded rollout matched, and the steps
+    whose recorded ``grpo/mismatch/k3_mean`` is above ``mismatch_k3`` (the same quantity the invariant tests;
+    a note, not a violation: the token log-probs are not there to tell the cause)."""
+    if logged is None:
+        return []
+    result.logged_keys = {tag: entry.key for tag, entry in sorted(logged.found.items())}
+    if not logged.found:
+        return [f"{logged.source}: no sampler-side metric the monitor maps (docs/scan.md, \"The trainer's own "
+                "metrics\")"]
+    keys = ", ".join(f"{tag} -> {key}" for tag, key in result.logged_keys.items())
+    notes = [f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the monitor's keys at "
+             f"{result.logged_steps} step(s): {keys}"]
+    missed = len(logged.by_step) - result.logged_steps
+    if missed > 0:
+        notes.append(f"{missed} step(s) of the logged metrics have no recorded rollouts and are not shown")
+    high = sorted(s for s, m in logged.by_step.items() if m.get("grpo/mismatch/k3_mean", 0.0) > mismatch_k3)
+    if high:
+        from .summary import step_ranges
+
+        notes.append(f"the recorded mismatch KL (k3) is above mismatch_k3 = {mismatch_k3:g} nats per token at "
+                     f"{len(high)} step(s): {step_ranges(high)}; numerical noise stays below it (docs/mismatch.md): "
+                     "a sampler lagging the trainer, log-probs before temperature, shifted tokens or another "
+                     "model's log-probs")
+    return notes
