@@ -16,42 +16,34 @@ the step there (3-5, with a local sync of the rest of the step).
 
 from __future__ import annotations
 
-import dataclasses
-import logging
 import threading
 import warnings
 from collections.abc import Iterable
 from typing import Any
 
-import torch
-
 from .config import MonitorConfig
 from .report import StepReport
-from .repro.save import save_repro
 from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
-from .stats.groups import group_reward_stats
-from .stats.rollout import rollout_stats
-from .step import inputs
-from .step.accumulator import LEDGER, ROLLOUT, Accumulator, GenerationRecord, RolloutRecord
+from .step import inputs, observe, policy
+from .step.accumulator import ROLLOUT, Accumulator
 from .step.checks import breached_promises, rollout_findings, token_violations
 from .step.distributed import rank_and_world
-from .step.guard import Faults, NotCopyable, fail_open, locked
+from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
 from .step.weights import LossWeights
 from .violations import InvariantViolation, Violation
 
-log = logging.getLogger("grpo_monitor")
-
 
 class GRPOMonitor(NotCopyable):
     """Watches a GRPO run: call ``observe_rollout`` / ``observe_loss`` during a step, then ``end_step``.
 
+    >>> import torch
     >>> mon = GRPOMonitor(MonitorConfig(group_size=4))
     >>> r = torch.tensor([[1., 0., 1., 0.], [1., 1., 1., 1.]])
     >>> a = (r - r.mean(1, keepdim=True)) / (r.std(1, correction=0, keepdim=True) + 1e-4)
@@ -100,23 +92,16 @@ class GRPOMonitor(NotCopyable):
         (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
-        layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
-        adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
-        tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
-        questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
-        comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
-                          if reward_components is not None else (None, None))
-        cut = inputs.truncation_rows(truncated, tokens, self.config.max_response_length, layout)
-        if layout.rewards.numel() == 0:
+        got = observe.rollout_input(self.config, rewards, group_ids=group_ids, advantages=advantages,
+                                    question_ids=question_ids, lengths=lengths, truncated=truncated,
+                                    reward_components=reward_components, reward_weights=reward_weights)
+        if got is None:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
                 self._check_now()  # the other ranks' eager check waits for this one
             return
-        vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, self.config.tolerances,
-                                    self.config.group_size, tokens, cut)
-        record = RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
-                               weights)
+        vec, record = got
         self._acc.add_rollout(vec, record)
-        self._weights.set_reference(layout.gid, detail.stats.degenerate, questions or layout.labels)
+        self._weights.set_reference(record.gid, record.detail.stats.degenerate, record.questions or record.labels)
         if not self.config.defer_checks:
             self._check_now()
 
@@ -124,21 +109,10 @@ class GRPOMonitor(NotCopyable):
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None,
                            lengths: Any = None) -> None:
         """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
-        layout = inputs.group_layout(rewards, group_ids, self.config.group_size)
-        if layout.rewards.numel() == 0:
-            return
-        s = group_reward_stats(layout.rewards, layout.segments())
-        tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
-        if lengths is not None:
-            tokens = inputs.align_rows(lengths, "lengths", layout).sum()
-        vec = LEDGER.pack(dict(
-            generation_batches=len(self._acc.generations) + 1,  # calls so far this step: a max across ranks
-            generated_groups=layout.num_groups, generated_responses=len(layout.rewards), generated_tokens=tokens,
-            token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
-            generated_nonbinary=s.nonbinary,
-        ), tokens.device)
-        questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
-        self._acc.add_generation(vec, GenerationRecord(s, s.reward_sum, questions))
+        got = observe.generation_input(self.config, rewards, batch=len(self._acc.generations) + 1,
+                                       group_ids=group_ids, question_ids=question_ids, lengths=lengths)
+        if got is not None:
+            self._acc.add_generation(*got)
 
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
@@ -155,28 +129,15 @@ class GRPOMonitor(NotCopyable):
         untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each
         row's index into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
         """
-        from .stats import tokens as tok
-
-        raw_logprobs, loss_t, rows_t = logprobs, inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
-
-        tensors = dict(advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                       old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy)
-        tensors = {k: inputs.as_tensor(v, k) for k, v in tensors.items() if v is not None}
-        mask_t = inputs.as_tensor(mask, "mask")
-        with inputs.boundary():
-            tok.validate_token_inputs(mask_t, **tensors)
-        cfg = self.config
-        vec = tok.token_sufficient_stats(
-            mask_t, clip_range=cfg.clip_range, kl_clamp=cfg.kl_clamp, entropy_low=cfg.entropy_low_threshold,
-            mismatch_band=(cfg.mismatch_ratio_low, cfg.mismatch_ratio_high), **tensors)
-        self._token_layout = self._token_layout or FieldLayout(tok.TOKEN_FIELDS)
-        self._acc.add_tokens(vec, self._token_layout)
-        trainer = tensors.get("old_logprobs", tensors.get("logprobs"))
-        if "sampler_logprobs" in tensors and trainer is not None:
-            self._acc.mismatch_batches.append((mask_t, trainer, tensors["sampler_logprobs"]))
-        self._guarded_weights(self._weights.observe, mask_t, tensors, loss=loss_t, rows=rows_t,
-                              derive=self.config.loss_aggregation != "auto",
-                              logprobs=raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
+        got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
+                                 logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
+                                 sampler_logprobs=sampler_logprobs, entropy=entropy)
+        self._token_layout = self._token_layout or FieldLayout(got.fields)
+        self._acc.add_tokens(got.vec, self._token_layout)
+        if got.mismatch is not None:
+            self._acc.mismatch_batches.append(got.mismatch)
+        guarded_part(self, "weights", self._weights.observe, got.mask, got.tensors, loss=got.loss, rows=got.rows,
+                              derive=self.config.loss_aggregation != "auto", logprobs=got.logprobs)
 
     @locked
     def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
@@ -215,7 +176,7 @@ class GRPOMonitor(NotCopyable):
         metrics, :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values
         first. Finite numbers only; not for user code (``add_metrics`` is)."""
         for key, value in metrics.items():
-            self._extra[key] = inputs._finite(key, value)
+            self._extra[key] = inputs.finite_number(key, value)
 
     # -------------------------------------------------------------------- step
     @fail_open("end_step")
@@ -259,28 +220,13 @@ class GRPOMonitor(NotCopyable):
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
         if synced.weights is not None:
-            found += self._guarded_weights(self._weights.check, synced.weights, synced.all_weights, self.config,
-                                           self.step) or []
+            found += guarded_part(self, "weights", self._weights.check, synced.weights, synced.all_weights,
+                                  self.config, self.step) or []
         return found
-
-    def _guarded_weights(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        """The loss-weights part fails open on its own: a fault switches off only it (``"weights"``)."""
-        if "weights" in self._guard.disabled:
-            return None
-        try:
-            return fn(*args, **kwargs)
-        except (InvariantViolation, inputs.InputError):
-            raise
-        except Exception:
-            if self.config.strict:
-                raise
-            self._fault("weights")
-            self._weights.end_step()
-            return None
 
     def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
         """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
-        found = self._with_repro(found)
+        found = policy.with_repro(found, self.config, self.step, self._acc, self._run.estimator.state_dict)
         self._record(found)
         raising = [v for v in found if self._raises(v)]
         report = self._report(synced, failed=bool(raising))
@@ -294,31 +240,14 @@ class GRPOMonitor(NotCopyable):
 
     # ---------------------------------------------------------------- policies
     def _raises(self, v: Violation) -> bool:
-        """An error-severity breach under the ``"raise"`` policy; a warning never stops the run."""
-        return v.severity == "error" and self.config.policy_for(v.invariant) == "raise"
-
-    def _with_repro(self, found: list[Violation]) -> list[Violation]:
-        """Breaches to raise get their repro file, or why it could not be saved (save_repro never raises)."""
-        raising = [v for v in found if self._raises(v)]
-        if not raising:
-            return found
-        path, why = save_repro(self.config, self.step, self._acc, raising, lock=self._run.estimator.state_dict())
-        return [dataclasses.replace(v, repro_path=path, repro_error=why) if self._raises(v) else v for v in found]
+        """An error-severity breach under the ``"raise"`` policy (:func:`~grpo_monitor.step.policy.raises`)."""
+        return policy.raises(v, self.config)
 
     def _record(self, found: list[Violation]) -> None:
-        """Keep the step's violations; warn once per invariant (``"warn"`` policy, or a warning severity)."""
+        """Keep the step's violations, count them, warn per the policy (:func:`.step.policy.warn_found`)."""
         self._acc.violations.extend(found)
         self._run.count(found)
-        for v in found:
-            policy = self.config.policy_for(v.invariant)
-            if policy == "ignore" or (policy == "raise" and v.severity == "error"):
-                continue
-            count = self._run.counts[v.invariant]
-            if count & (count - 1) == 0:  # the 1st, 2nd, 4th, 8th, ... time: a recurring warning stays readable
-                log.warning("grpo-monitor: %s (occurrence %d)", v.message(), count)
-            if count == 1:
-                warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
-                              RuntimeWarning, stacklevel=1)
+        policy.warn_found(found, self._run.counts, self.config)
 
     # ------------------------------------------------------------------ report
     def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
@@ -364,21 +293,12 @@ class GRPOMonitor(NotCopyable):
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part``, drop its data; announce it once when it is off for the run."""
+        """Log an internal fault of ``part`` and drop what it gathered this step (so the step end does not trip
+        on it); announce it once when it is off for the run."""
         if self._guard.record(part, self.step):
             self._guard.announce(part, self.step, self.sinks)
-        self._drop(part)
-
-    def _drop(self, part: str) -> None:
-        """Forget what a failed part gathered this step, so the step end does not trip on it."""
-        acc = self._acc
-        if part == "rollout":
-            acc.rollout_pending = acc.rollout_checked = acc.estimator = None
-            acc.rollouts, acc.checked = [], 0
-        elif part == "generation":
-            acc.ledger, acc.generations = None, []
-        elif part == "loss":
-            acc.tokens = None
+        self._acc.drop(part)
+        if part in ("loss", "weights"):
             self._weights.end_step()
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
@@ -404,8 +324,7 @@ class GRPOMonitor(NotCopyable):
 
     def _unfinished(self) -> bool:
         """Whether the current step holds observed data that no ``end_step`` has reported yet."""
-        acc = self._acc
-        return bool(acc.rollouts or acc.generations or acc.tokens is not None or self._extra)
+        return self._acc.observed() or bool(self._extra)
 
     def _end_unfinished(self) -> None:
         """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""

@@ -8,6 +8,7 @@ response length) in :mod:`.plots_tokens`.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +29,12 @@ from .plots_core import (
     line,
     log_panel,
     noisy,
-    panels,
     percent,
     reference,
     rolling_mean,
     set_steps,
     smoothed,
+    stacked,
 )
 
 __all__ = ["LOG_FLOOR", "draw_advantages", "draw_convention", "draw_degenerate", "draw_overdispersion_stuck", "draw_kl",
@@ -283,12 +284,8 @@ def draw_convention(run: RunData):
 def draw_overdispersion_stuck(run: RunData):
     """From the per-question history: overdispersion against 0 (iid) and the number of stuck questions."""
     keys = ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions")
-    made = panels(run, keys, height=2.5)
-    if made is None:
-        return None
-    fig, pairs = made
-    axes = [ax for ax, _ in pairs]
-    for ax, key in pairs:
+
+    def draw(ax: Any, key: str) -> None:
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "overdispersion (intra-group correlation)")
             reference(ax, 0.0, GREEN, "iid responses: 0")
@@ -298,8 +295,8 @@ def draw_overdispersion_stuck(run: RunData):
             line(ax, run, run.series(key), ORANGE, "stuck questions", "-")
             fit_ylim(ax, floor=0.0, min_span=2.0, extra=[0.0], integer=True)
             finish(ax, run, "questions", "Questions whose groups have had no reward variation for a while (stuck)")
-    axes[-1].set_xlabel("step")
-    return fig
+
+    return stacked(run, keys, draw, height=2.5)
 
 
 def draw_kl(run: RunData):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,13 +51,18 @@ def figure(rows: int = 1, height: float = 3.0):
 
 
 
-def panels(run: RunData, keys: Sequence[str], height: float = 2.5):
-    """One stacked panel per key the run logged: ``(fig, [(ax, key), ...])``, or None when it logged none."""
+def stacked(run: RunData, keys: Sequence[str], draw: Callable[[Any, str], None], height: float = 2.5):
+    """One stacked panel per key the run logged, each drawn by ``draw(ax, key)``, the step axis labelled under
+    the last: the figure, or None when the run logged none of ``keys``."""
     present = [k for k in keys if run.has(k)]
     if not present:
         return None
     fig, axes = figure(len(present), height=height)
-    return fig, list(zip(axes, present, strict=True))
+    for ax, key in zip(axes, present, strict=True):
+        draw(ax, key)
+    axes[-1].set_xlabel("step")
+    return fig
+
 
 def rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
     """Centred moving average ignoring NaN (NaN where the window holds no finite value).

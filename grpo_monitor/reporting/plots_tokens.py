@@ -6,6 +6,8 @@ or no ``old_logprobs`` for the ratio).
 
 from __future__ import annotations
 
+from typing import Any
+
 from .data import RunData
 from .plots_core import (
     BLUE,
@@ -18,9 +20,9 @@ from .plots_core import (
     line,
     log_panel,
     noisy,
-    panels,
     percent,
     reference,
+    stacked,
 )
 
 
@@ -30,12 +32,8 @@ def draw_ratio(run: RunData):
 
     keys = ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max")
     on_policy = Tolerances().on_policy  # max |logprobs - old_logprobs| in nats on a first inner epoch
-    made = panels(run, keys, height=2.3)
-    if made is None:
-        return None
-    fig, pairs = made
-    axes = [ax for ax, _ in pairs]
-    for ax, key in pairs:
+
+    def draw(ax: Any, key: str) -> None:
         values = run.series(key)
         if key == keys[0]:
             line(ax, run, values, BLUE, "mean ratio pi / pi_old over valid tokens", "-")
@@ -50,19 +48,15 @@ def draw_ratio(run: RunData):
             log_panel(ax, run, values, BLUE, f"max |log pi - log pi_old| (zeros drawn at {LOG_FLOOR:g})",
                       [(on_policy, RED, f"on_policy tolerance {on_policy:g} nats (first inner epoch)")])
             finish(ax, run, "nats", "Largest |log ratio| of a valid token")
-    axes[-1].set_xlabel("step")
-    return fig
+
+    return stacked(run, keys, draw, height=2.3)
 
 
 def draw_tokens(run: RunData):
     """Mean response length in valid tokens, and the share of valid tokens carrying a non-zero advantage."""
     keys = ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction")
-    made = panels(run, keys, height=2.5)
-    if made is None:
-        return None
-    fig, pairs = made
-    axes = [ax for ax, _ in pairs]
-    for ax, key in pairs:
+
+    def draw(ax: Any, key: str) -> None:
         if key == keys[0]:
             noisy(ax, run, run.series(key), BLUE, "mean response length (valid tokens per response)")
             fit_ylim(ax, floor=0.0, extra=[0.0])
@@ -71,8 +65,8 @@ def draw_tokens(run: RunData):
             noisy(ax, run, run.series(key), GREEN, "live tokens (advantage != 0)")
             percent(ax)
             finish(ax, run, "share of valid tokens", "Live-token fraction: valid tokens with a non-zero advantage")
-    axes[-1].set_xlabel("step")
-    return fig
+
+    return stacked(run, keys, draw, height=2.5)
 
 
 def _pooled(run: RunData, key: str) -> list[list[float]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -49,6 +50,13 @@ def _flatten(values: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
             out[prefix + key] = json.dumps(value)
         else:
             out[prefix + key] = value
+
+
+def require(module: str, what: str, extra: str) -> None:
+    """Raise ``ModuleNotFoundError`` saying ``what`` needs and the extra that installs it, when the optional
+    ``module`` is not installed (found with ``find_spec``: nothing is imported)."""
+    if importlib.util.find_spec(module) is None:
+        raise ModuleNotFoundError(f"{what}; install it with `pip install grpo-monitor[{extra}]`")
 
 
 class Sink:

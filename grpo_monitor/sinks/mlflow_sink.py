@@ -10,7 +10,6 @@ the training thread by :meth:`MLflowSink.capture`, then written through an
 from __future__ import annotations
 
 import atexit
-import importlib.util
 import json
 import os
 import sys
@@ -18,8 +17,9 @@ import time
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
+from .rows import ScheduledTables, cell
 
 #: MLflow's limits: metrics/params per ``log_batch`` call, characters of a param value.
 _BATCH, _PARAM_CHARS = 1000, 6000
@@ -28,15 +28,7 @@ _FAILED_RUNS: set[str] = set()
 _HOOKED = False
 
 
-def _require_mlflow() -> None:
-    if importlib.util.find_spec("mlflow") is None:
-        raise ModuleNotFoundError(
-            "MLflowSink needs the `mlflow` package (mlflow-skinny is enough); install it with "
-            "`pip install grpo-monitor[mlflow]`"
-        )
-
-
-class MLflowSink(Sink):
+class MLflowSink(ScheduledTables, Sink):
     """Logs each report into an MLflow run: the trainer's active run when there is one, else its own.
 
     Scalars go through ``log_batch`` with the monitor's step as MLflow's step (and as
@@ -59,8 +51,6 @@ class MLflowSink(Sink):
     def __init__(self, run_id: str | None = None, *, tracking_uri: str | None = None,
                  experiment_name: str | None = None, run_name: str | None = None,
                  attach_to_active_run: bool = True, table_every: int = 10, step_key: str = STEP_KEY):
-        if not isinstance(table_every, int) or table_every < 1:
-            raise ValueError(f"Expected argument `table_every` to be an int >= 1 but got {table_every!r}")
         self.given_run_id = run_id
         self.tracking_uri = tracking_uri
         self.experiment_name = experiment_name
@@ -71,7 +61,6 @@ class MLflowSink(Sink):
         self._client: Any = None
         self._run_id: str | None = run_id
         self._owns_run = False
-        self._last_table_step: int | None = None
         self._alerts = 0
 
     # ------------------------------------------------------------- the run
@@ -90,7 +79,7 @@ class MLflowSink(Sink):
     def client(self) -> Any:
         """The ``mlflow.MlflowClient`` written through (created on first access)."""
         if self._client is None:
-            _require_mlflow()
+            require("mlflow", "MLflowSink needs the `mlflow` package (mlflow-skinny is enough)", "mlflow")
             from mlflow import MlflowClient
 
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
@@ -122,7 +111,7 @@ class MLflowSink(Sink):
 
     def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        data = {c: [_cell(row.get(c)) for row in rows] for c in columns}
+        data = {c: [cell(row.get(c)) for row in rows] for c in columns}
         self.client.log_table(self.run_id, data=data, artifact_file=f"grpo_monitor/tables/{key}/step_{step:06d}.json")
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
@@ -144,10 +133,9 @@ class MLflowSink(Sink):
 
     def log_report(self, report: StepReport) -> None:
         self.log(report.metrics, report.step)
-        if report.tables and self._table_due(report):
+        if self._tables.take(report):
             for key, rows in report.tables.items():
                 self.log_table(key, rows, report.step)
-            self._last_table_step = report.step
         if report.violations:
             names = sorted({v.invariant for v in report.violations})
             self.client.set_tag(self.run_id, "grpo_monitor/violations", ",".join(names))
@@ -155,13 +143,10 @@ class MLflowSink(Sink):
             head = f"Run stopped by a breach at step {report.step}.\n\n" if report.failed else ""
             self.client.log_text(self.run_id, head + text + "\n", f"grpo_monitor/violations/step_{report.step:06d}.txt")
 
-    def _table_due(self, report: StepReport) -> bool:
-        last = self._last_table_step
-        return report.failed or last is None or report.step - last >= self.table_every
-
     def finish(self, failed: bool = False) -> None:
         run_id, owned = self._run_id, self._owns_run
-        self._run_id, self._owns_run, self._last_table_step = self.given_run_id, False, None
+        self._run_id, self._owns_run = self.given_run_id, False
+        self._tables.reset()
         if run_id is None:
             return
         if failed:
@@ -171,10 +156,6 @@ class MLflowSink(Sink):
                 _FAILED_RUNS.add(run_id)
         elif owned:
             self.client.set_terminated(run_id, "FINISHED")
-
-
-def _cell(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
 
 
 def _param(value: Any) -> str:

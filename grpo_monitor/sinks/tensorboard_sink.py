@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..report import StepReport
 from .base import Sink
 from .layout import KNOWN_KEYS, charts, section_of
+from .rows import finite
 
 if TYPE_CHECKING:  # imported on first use only: tensorboard is optional
     from torch.utils.tensorboard import SummaryWriter
@@ -85,11 +85,11 @@ class TensorBoardSink(Sink):
             self.writer.add_scalar(key, float(value), global_step=step)
 
     def log_histogram(self, key: str, values: Sequence[float], step: int) -> None:
-        finite = [float(v) for v in values if math.isfinite(float(v))]
-        if finite:  # TensorBoard cannot bin an empty or all-NaN histogram
+        kept = finite(values)
+        if kept:  # TensorBoard cannot bin an empty or all-NaN histogram
             import numpy as np
 
-            self.writer.add_histogram(key, np.asarray(finite, dtype=np.float64), global_step=step)
+            self.writer.add_histogram(key, np.asarray(kept, dtype=np.float64), global_step=step)
 
     def log_text(self, key: str, text: str, step: int) -> None:
         """Write markdown ``text`` under ``key`` for ``step``."""

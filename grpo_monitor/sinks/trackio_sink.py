@@ -9,28 +9,17 @@ when a run is opened or a value built; ``capture`` looks only at a trackio alrea
 
 from __future__ import annotations
 
-import importlib.util
-import math
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
-from .wandb_sink import QUESTION_COLUMNS
-
-_LEVELS = {"INFO": "INFO", "WARN": "WARN", "WARNING": "WARN", "ERROR": "ERROR"}
+from .rows import ScheduledTables, alert_level, finite, history_row, table_columns, table_data
 
 
-def _require_trackio() -> None:
-    if importlib.util.find_spec("trackio") is None:
-        raise ModuleNotFoundError(
-            "TrackioSink needs the `trackio` package; install it with `pip install grpo-monitor[trackio]`"
-        )
-
-
-class TrackioSink(Sink):
+class TrackioSink(ScheduledTables, Sink):
     """Logs each report as one Trackio entry on the monitor's step (and ``grpo/step``).
 
     With ``run`` given, logs into it; else, when ``attach_to_active_run``, into the run
@@ -47,8 +36,6 @@ class TrackioSink(Sink):
 
     def __init__(self, run: Any = None, *, attach_to_active_run: bool = True, table_every: int = 10,
                  step_key: str = STEP_KEY, **init_kwargs: Any):
-        if not isinstance(table_every, int) or table_every < 1:
-            raise ValueError(f"Expected argument `table_every` to be an int >= 1 but got {table_every!r}")
         self.given_run = run
         self.attach_to_active_run = attach_to_active_run
         self.table_every = table_every
@@ -56,7 +43,6 @@ class TrackioSink(Sink):
         self.init_kwargs = {"project": "grpo-monitor", **init_kwargs}
         self._run = run
         self._owns_run = False
-        self._last_table_step: int | None = None
         self._params: dict[str, Any] | None = None  # the run configuration, for a run opened or attached later
 
     def capture(self) -> None:
@@ -69,7 +55,7 @@ class TrackioSink(Sink):
     def run(self) -> Any:
         """The ``trackio.Run`` written to (captured, given, or opened on first access)."""
         if self._run is None:
-            _require_trackio()
+            require("trackio", "TrackioSink needs the `trackio` package", "trackio")
             import trackio
 
             kwargs = dict(self.init_kwargs)
@@ -81,20 +67,15 @@ class TrackioSink(Sink):
     def _histogram(values: Sequence[float]) -> Any:
         import trackio
 
-        finite = [float(v) for v in values if math.isfinite(float(v))]
-        return trackio.Histogram(finite) if finite else None
+        kept = finite(values)
+        return trackio.Histogram(kept) if kept else None
 
     @staticmethod
     def _table(rows: list[dict[str, Any]]) -> Any:
         import trackio
 
-        extra = [k for row in rows for k in row if k not in QUESTION_COLUMNS]
-        columns = [c for c in QUESTION_COLUMNS if any(c in row for row in rows)] + list(dict.fromkeys(extra))
-        return trackio.Table(columns=columns, data=[[_cell(row.get(c)) for c in columns] for row in rows])
-
-    def _table_due(self, report: StepReport) -> bool:
-        last = self._last_table_step
-        return report.failed or last is None or report.step - last >= self.table_every
+        columns = table_columns(rows)
+        return trackio.Table(columns=columns, data=table_data(rows, columns))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log({self.step_key: step, **{k: float(v) for k, v in metrics.items()}}, step=step)
@@ -108,11 +89,10 @@ class TrackioSink(Sink):
         self.run.log({self.step_key: step, key: self._table(rows)}, step=step)
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
-        if level.upper() not in _LEVELS:
-            raise ValueError(f"Expected argument `level` to be one of INFO, WARN, ERROR but got {level!r}")
+        name = alert_level(level)
         import trackio
 
-        self.run.alert(title=title, text=text, level=trackio.AlertLevel[_LEVELS[level.upper()]])
+        self.run.alert(title=title, text=text, level=trackio.AlertLevel[name])
 
     def log_config(self, params: dict[str, Any]) -> None:
         """The run parameters into ``run.config``: ``trackio.init(config=...)`` of a run opened here; merged
@@ -130,14 +110,8 @@ class TrackioSink(Sink):
 
     def log_report(self, report: StepReport) -> None:
         """One entry with the scalars, histograms and (when due) tables of the step; an alert per violation."""
-        row: dict[str, Any] = {self.step_key: report.step, **{k: float(v) for k, v in report.metrics.items()}}
-        for key, values in report.histograms.items():
-            histogram = self._histogram(values)
-            if histogram is not None:
-                row[key] = histogram
-        if report.tables and self._table_due(report):
-            row.update({key: self._table(rows) for key, rows in report.tables.items()})
-            self._last_table_step = report.step
+        scalars = {k: float(v) for k, v in report.metrics.items()}
+        row = history_row(report, self.step_key, scalars, self._histogram, self._table, self._tables)
         self._resend_config()
         self.run.log(row, step=report.step)
         for v in report.violations:
@@ -145,7 +119,8 @@ class TrackioSink(Sink):
 
     def finish(self, failed: bool = False) -> None:
         run, owned = self._run, self._owns_run
-        self._run, self._owns_run, self._last_table_step, self._params = self.given_run, False, None, None
+        self._run, self._owns_run, self._params = self.given_run, False, None
+        self._tables.reset()
         if run is None:
             return
         if failed:
@@ -167,7 +142,3 @@ def _merge_into_queued_configs(run: Any) -> None:
         for entry in queued:
             if isinstance(entry, dict) and entry.get("config"):
                 entry["config"] = {**entry["config"], **dict(run.config)}
-
-
-def _cell(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)

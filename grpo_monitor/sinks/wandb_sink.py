@@ -2,33 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-import math
 from collections.abc import Sequence
 from typing import Any
 
 from ..catalog.metrics import summary_for
 from ..report import StepReport
-from .base import Sink
+from .base import Sink, require
 from .layout import STEP_KEY
+from .rows import QUESTION_COLUMNS, ScheduledTables, alert_level, finite, history_row, table_columns, table_data
 
-#: Columns of the per-question table, in display order (extra columns follow).
-QUESTION_COLUMNS = ("question_id", "success_rate", "reward_std", "times_seen", "times_filtered")
-_LEVELS = {"INFO": "INFO", "WARN": "WARN", "WARNING": "WARN", "ERROR": "ERROR"}
-
-
-def _require_wandb() -> None:
-    if importlib.util.find_spec("wandb") is None:
-        raise ModuleNotFoundError(
-            "WandbSink needs the `wandb` package; install it with `pip install grpo-monitor[wandb]`"
-        )
+__all__ = ["QUESTION_COLUMNS", "WandbSink"]
 
 
-def _cell(value: Any) -> Any:
-    return value if isinstance(value, (int, float, str, bool)) or value is None else str(value)
-
-
-class WandbSink(Sink):
+class WandbSink(ScheduledTables, Sink):
     """Logs each report as one W&B history row, with ``grpo/step`` as the x axis.
 
     With ``run`` given, logs into it. Otherwise, when ``attach_to_active_run`` and a run
@@ -58,8 +44,6 @@ class WandbSink(Sink):
         step_key: str = STEP_KEY,
         **wandb_init_kwargs: Any,
     ):
-        if not isinstance(table_every, int) or table_every < 1:
-            raise ValueError(f"Expected argument `table_every` to be an int >= 1 but got {table_every!r}")
         self.table_every = table_every
         self.attach_to_active_run = attach_to_active_run
         self.step_key = step_key
@@ -67,13 +51,12 @@ class WandbSink(Sink):
         self._run = run
         self._owns_run = False
         self._defined: set[str] = set()
-        self._last_table_step: int | None = None
 
     @property
     def run(self):
         """The W&B run written to (attached or opened on first access)."""
         if self._run is None:
-            _require_wandb()
+            require("wandb", "WandbSink needs the `wandb` package", "wandb")
             import wandb
 
             if self.attach_to_active_run and wandb.run is not None:
@@ -99,21 +82,16 @@ class WandbSink(Sink):
     def _histogram(values: Sequence[float]):
         import wandb
 
-        finite = [float(v) for v in values if math.isfinite(float(v))]
-        return wandb.Histogram(finite) if finite else None
+        kept = finite(values)
+        return wandb.Histogram(kept) if kept else None
 
     @staticmethod
     def _table(rows: list[dict[str, Any]]):
         import wandb
 
-        extra = [k for row in rows for k in row if k not in QUESTION_COLUMNS]
-        columns = [c for c in QUESTION_COLUMNS if any(c in row for row in rows)] + list(dict.fromkeys(extra))
+        columns = table_columns(rows)
         header: list[str | int] = list(columns)  # wandb.Table takes a list[str | int]
-        return wandb.Table(columns=header, data=[[_cell(row.get(c)) for c in columns] for row in rows])
-
-    def _table_due(self, report: StepReport) -> bool:
-        last = self._last_table_step
-        return report.failed or last is None or report.step - last >= self.table_every
+        return wandb.Table(columns=header, data=table_data(rows, columns))
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log({self.step_key: step, **self._scalars(metrics)})
@@ -128,13 +106,11 @@ class WandbSink(Sink):
         self.run.log({self.step_key: step, key: self._table(rows)})
 
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
-        if level.upper() not in _LEVELS:
-            raise ValueError(f"Expected argument `level` to be one of INFO, WARN, ERROR but got {level!r}")
+        name = alert_level(level)
         import wandb
 
         # wandb exports AlertLevel at run time, but its __init__.pyi does not declare it
-        alert_level = wandb.AlertLevel(_LEVELS[level.upper()])  # type: ignore[attr-defined]
-        self.run.alert(title=title[:63], text=text, level=alert_level)
+        self.run.alert(title=title[:63], text=text, level=wandb.AlertLevel(name))  # type: ignore[attr-defined]
 
     def log_config(self, params: dict[str, Any]) -> None:
         """The run parameters into the run's config (``grpo_monitor/*`` keys; the trainer's keys untouched)."""
@@ -142,14 +118,8 @@ class WandbSink(Sink):
 
     def log_report(self, report: StepReport) -> None:
         """One history row with the scalars, histograms and (when due) tables of the step."""
-        row: dict[str, Any] = {self.step_key: report.step, **self._scalars(report.metrics)}
-        for key, values in report.histograms.items():
-            histogram = self._histogram(values)
-            if histogram is not None:
-                row[key] = histogram
-        if report.tables and self._table_due(report):
-            row.update({key: self._table(rows) for key, rows in report.tables.items()})
-            self._last_table_step = report.step
+        row = history_row(report, self.step_key, self._scalars(report.metrics), self._histogram, self._table,
+                          self._tables)
         self.run.log(row)
         if report.convention is not None:
             self.run.summary["grpo/convention"] = report.convention
@@ -161,6 +131,6 @@ class WandbSink(Sink):
         run, self._run = self._run, None
         owned, self._owns_run = self._owns_run, False
         self._defined.clear()
-        self._last_table_step = None
+        self._tables.reset()
         if run is not None and (owned or failed):
             run.finish(exit_code=1 if failed else 0)

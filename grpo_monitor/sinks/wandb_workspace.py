@@ -12,10 +12,10 @@ solved / other), the entropy's mean and std; catalogued tables
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 from ..catalog.metrics import METRICS
+from .base import require
 from .layout import KNOWN_KEYS, STEP_KEY, charts
 
 #: The per-question table the W&B sink logs; shown in the Groups section.
@@ -31,14 +31,6 @@ def _tables_by_section() -> dict[str, tuple[str, ...]]:
 TABLES: dict[str, tuple[str, ...]] = _tables_by_section()
 
 
-def _require_workspaces() -> None:
-    if importlib.util.find_spec("wandb_workspaces") is None:
-        raise ModuleNotFoundError(
-            "building a W&B workspace needs the `wandb-workspaces` package; install it with "
-            "`pip install grpo-monitor[wandb]`"
-        )
-
-
 def build_workspace(entity: str, project: str, name: str = "grpo-monitor"):
     """The ``wandb_workspaces.workspaces.Workspace`` of the grpo-monitor panels (not saved).
 
@@ -47,7 +39,7 @@ def build_workspace(entity: str, project: str, name: str = "grpo-monitor"):
     for arg, value in (("entity", entity), ("project", project), ("name", name)):
         if not isinstance(value, str) or not value:
             raise ValueError(f"Expected argument `{arg}` to be a non-empty string but got {value!r}")
-    _require_workspaces()
+    require("wandb_workspaces", "building a W&B workspace needs the `wandb-workspaces` package", "wandb")
     import wandb_workspaces.reports.v2 as wr
     import wandb_workspaces.workspaces as ws
 

@@ -1,11 +1,13 @@
 """What the monitor does with one step, in the order it happens (private to :mod:`grpo_monitor.monitor`).
 
 1. :mod:`.inputs`: the public boundary; a user's mistake raises here, before anything is guarded;
+   :mod:`.observe` turns each observe call's checked arguments into what the accumulator keeps;
 2. :mod:`.accumulator`: device-side sums of each observe call, no host sync;
 3. :mod:`.sync` (over :mod:`.distributed`): one collective and one host copy into a frozen ``SyncedStep``;
 4. :mod:`.checks`: pure; the synced step's violations and the estimator judgement, as data;
 5. :mod:`.metrics`: pure; the synced step's metric values and its ``StepReport``;
-6. :mod:`.guard`: fail-open for the monitor's own faults around every public call;
+6. :mod:`.guard`: fail-open for the monitor's own faults around every public call; :mod:`.policy`: what a
+   violation does under ``on_violation`` (raise with its repro file, warn, nothing);
 7. :mod:`.weights`: the loss's token weights (rows kept per step, summarised after the sync).
 
 What crosses steps lives in :mod:`grpo_monitor.run`.

@@ -155,6 +155,20 @@ class Accumulator:
         self.rollout_pending = None
         self.checked = upto
 
+    def drop(self, part: str) -> None:
+        """Forget what a failed part (``"rollout"``, ``"generation"``, ``"loss"``) gathered this step."""
+        if part == "rollout":
+            self.rollout_pending = self.rollout_checked = self.estimator = None
+            self.rollouts, self.checked = [], 0
+        elif part == "generation":
+            self.ledger, self.generations = None, []
+        elif part == "loss":
+            self.tokens = None
+
+    def observed(self) -> bool:
+        """Whether anything was observed this step (a rollout, a generated batch, a micro-batch)."""
+        return bool(self.rollouts or self.generations or self.tokens is not None)
+
     def pending_rollouts(self) -> list[RolloutRecord]:
         """The rollouts whose statistics are pending (not yet checked)."""
         return self.rollouts[self.checked:]

@@ -138,6 +138,22 @@ def fail_open(part: str) -> Callable[[F], F]:
     return deco
 
 
+def guarded_part(monitor: Guarded, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)`` as ``part`` inside a guarded call: a fault switches off only ``part`` (``None``
+    returned; ``config.strict``: it propagates); an input error or a breach propagates. Off: ``None``."""
+    if part in monitor._guard.disabled:
+        return None
+    try:
+        return fn(*args, **kwargs)
+    except PROPAGATE:
+        raise
+    except Exception:
+        if monitor.config.strict:
+            raise
+        monitor._fault(part)
+        return None
+
+
 class Faults:
     """The monitor's own faults: the parts switched off, each part's streak, what was logged.
 

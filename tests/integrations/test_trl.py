@@ -158,13 +158,13 @@ def test_config_fields_come_from_the_trainer_and_conflicts_are_worded(tiny_model
 def test_detach_restores_the_trainer(tiny_model_path, tmp_path):
     """attach() then detach() leaves no wrapper on the instance and no monitor callback; attaching twice is refused."""
     trainer = make_trainer(tiny_model_path, tmp_path / "out")
-    before = {name: trainer.__dict__.get(name) for name in gtrl._HOOKED}
+    before = {name: trainer.__dict__.get(name) for name in gtrl.HOOKED_METHODS}
     gtrl.attach(trainer, sinks=None)
-    assert all(name in trainer.__dict__ for name in gtrl._HOOKED)
+    assert all(name in trainer.__dict__ for name in gtrl.HOOKED_METHODS)
     with pytest.raises(RuntimeError, match="already monitored"):
         gtrl.attach(trainer, sinks=None)
     gtrl.detach(trainer)
-    assert {name: trainer.__dict__.get(name) for name in gtrl._HOOKED} == before
+    assert {name: trainer.__dict__.get(name) for name in gtrl.HOOKED_METHODS} == before
     assert not any(isinstance(c, gtrl.GRPOMonitorCallback) for c in trainer.callback_handler.callbacks)
 
 

@@ -12,6 +12,7 @@ import torch
 
 import grpo_monitor
 import grpo_monitor.monitor as monitor_module
+import grpo_monitor.step.observe as observe_module
 import grpo_monitor.step.sync as sync_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
@@ -50,11 +51,11 @@ def _monitor(**config) -> GRPOMonitor:
 
 # the patched name, the part it breaks, a metric of a part that must keep working
 FAULTS = [
-    pytest.param(lambda mp: mp.setattr(monitor_module, "rollout_stats", _raise), "rollout",
+    pytest.param(lambda mp: mp.setattr(observe_module, "rollout_stats", _raise), "rollout",
                  "grpo/sampling/generated_groups", id="rollout_stats"),
     pytest.param(lambda mp: mp.setattr(ConventionTracker, "update", _raise), "rollout",
                  "grpo/sampling/generated_groups", id="convention-check"),
-    pytest.param(lambda mp: mp.setattr(monitor_module, "group_reward_stats", _raise), "generation",
+    pytest.param(lambda mp: mp.setattr(observe_module, "group_reward_stats", _raise), "generation",
                  "grpo/groups/degenerate_rate", id="generation-stats"),
 ]
 
@@ -78,7 +79,7 @@ def test_a_fault_disables_its_part_and_training_continues(inject, part, survivor
 
 def test_other_parts_report_exact_values_after_a_rollout_fault(monkeypatch):
     """With the rollout part off, the retry ledger still counts exactly what was generated."""
-    monkeypatch.setattr(monitor_module, "rollout_stats", _raise)
+    monkeypatch.setattr(observe_module, "rollout_stats", _raise)
     mon = _monitor()
     with pytest.warns(RuntimeWarning, match="internal error in rollout"):
         reports = [_step(mon) for _ in range(3)]
@@ -193,8 +194,8 @@ def test_the_step_state_is_reset_after_an_end_step_fault(monkeypatch):
 
 # ------------------------------------------------------------------ strict
 @pytest.mark.parametrize("inject", [
-    pytest.param(lambda mp: mp.setattr(monitor_module, "rollout_stats", _raise), id="rollout"),
-    pytest.param(lambda mp: mp.setattr(monitor_module, "group_reward_stats", _raise), id="generation"),
+    pytest.param(lambda mp: mp.setattr(observe_module, "rollout_stats", _raise), id="rollout"),
+    pytest.param(lambda mp: mp.setattr(observe_module, "group_reward_stats", _raise), id="generation"),
     pytest.param(lambda mp: mp.setattr(monitor_module, "assemble_report", _raise), id="end_step"),
 ])
 def test_strict_mode_raises_the_fault(inject, monkeypatch):
@@ -219,7 +220,7 @@ def test_no_fault_no_warning_no_log(caplog):
 # ------------------------------------------------------------------ visibility
 def test_a_switched_off_part_shows_as_a_metric_and_one_alert(monkeypatch, recording_sink):
     """Checking switched off is never silent: grpo/monitor/disabled_parts every step, one alert per part."""
-    monkeypatch.setattr(monitor_module, "rollout_stats", _raise)
+    monkeypatch.setattr(observe_module, "rollout_stats", _raise)
     mon = GRPOMonitor(MonitorConfig(on_violation="warn"), sinks=[recording_sink])
     with pytest.warns(RuntimeWarning, match="internal error in rollout"):
         reports = [_step(mon) for _ in range(3)]

@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-import grpo_monitor.monitor as monitor_module
+import grpo_monitor.step.observe as observe_module
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
 from grpo_monitor.catalog.metrics import RETRIED_PARTS_KEY as RETRIED
@@ -26,7 +26,7 @@ class Boom(RuntimeError):
 
 def _faulty_rollout_stats(monkeypatch, fail_on: set[int]):
     """``rollout_stats`` raising on the calls numbered in ``fail_on`` (0-based), exact otherwise."""
-    real, calls = monitor_module.rollout_stats, {"n": 0}
+    real, calls = observe_module.rollout_stats, {"n": 0}
 
     def flaky(*args, **kwargs):
         calls["n"] += 1
@@ -34,7 +34,7 @@ def _faulty_rollout_stats(monkeypatch, fail_on: set[int]):
             raise Boom("injected fault")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(monitor_module, "rollout_stats", flaky)
+    monkeypatch.setattr(observe_module, "rollout_stats", flaky)
 
 
 def _nan_adv() -> torch.Tensor:

@@ -1,0 +1,102 @@
+"""Each observe call's arguments, checked and reduced to what the accumulator keeps.
+
+Pure (no monitor state, no host sync): :class:`~grpo_monitor.monitor.GRPOMonitor` calls
+these first, so a user's mistake raises before anything is stored, then stores what they
+return: :func:`rollout_input` and :func:`generation_input` a statistics vector and a
+record, :func:`loss_input` the token vector and the checked tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from ..config import MonitorConfig
+from ..stats.groups import group_reward_stats
+from ..stats.rollout import rollout_stats
+from . import inputs
+from .accumulator import LEDGER, GenerationRecord, RolloutRecord
+
+
+def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None, advantages: Any = None,
+                  question_ids: Any = None, lengths: Any = None, truncated: Any = None,
+                  reward_components: Any = None, reward_weights: Any = None,
+                  ) -> tuple[torch.Tensor, RolloutRecord] | None:
+    """``observe_rollout``'s arguments checked; the rollout's statistics vector and record (``None``: empty)."""
+    layout = inputs.group_layout(rewards, group_ids, config.group_size)
+    adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
+    tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+    comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
+                      if reward_components is not None else (None, None))
+    cut = inputs.truncation_rows(truncated, tokens, config.max_response_length, layout)
+    if layout.rewards.numel() == 0:
+        return None
+    vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, config.tolerances,
+                                config.group_size, tokens, cut)
+    return vec, RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
+                              weights)
+
+
+def generation_input(config: MonitorConfig, rewards: Any, *, batch: int, group_ids: Any = None,
+                     question_ids: Any = None, lengths: Any = None,
+                     ) -> tuple[torch.Tensor, GenerationRecord] | None:
+    """``observe_generation``'s arguments checked; the batch's ledger vector and record (``None``: empty).
+
+    ``batch`` is the call's number in the step (1, 2, ...): reduced by max across ranks.
+    """
+    layout = inputs.group_layout(rewards, group_ids, config.group_size)
+    if layout.rewards.numel() == 0:
+        return None
+    s = group_reward_stats(layout.rewards, layout.segments())
+    tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
+    if lengths is not None:
+        tokens = inputs.align_rows(lengths, "lengths", layout).sum()
+    vec = LEDGER.pack(dict(
+        generation_batches=batch, generated_groups=layout.num_groups, generated_responses=len(layout.rewards),
+        generated_tokens=tokens, token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
+        generated_nonbinary=s.nonbinary,
+    ), tokens.device)
+    questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
+    return vec, GenerationRecord(s, s.reward_sum, questions)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossInput:
+    """One ``observe_loss`` micro-batch, checked: the token statistics vector and the tensors behind it."""
+
+    mask: torch.Tensor
+    tensors: dict[str, torch.Tensor]  # the token tensors given (detached), by argument name
+    vec: torch.Tensor  # token sufficient statistics, laid out as ``fields``
+    fields: Any  # ``grpo_monitor.stats.tokens.TOKEN_FIELDS``
+    loss: torch.Tensor | None  # on its autograd graph, for the measured weights
+    rows: torch.Tensor | None
+    logprobs: torch.Tensor | None  # as given (with grad), for the measured weights
+
+    @property
+    def mismatch(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+        """(mask, trainer log-probs, sampler log-probs) when the sampler's log-probs were given."""
+        trainer = self.tensors.get("old_logprobs", self.tensors.get("logprobs"))
+        if "sampler_logprobs" not in self.tensors or trainer is None:
+            return None
+        return self.mask, trainer, self.tensors["sampler_logprobs"]
+
+
+def loss_input(config: MonitorConfig, *, mask: Any, loss: Any = None, rows: Any = None,
+               **token_tensors: Any) -> LossInput:
+    """``observe_loss``'s arguments checked (``token_tensors``: advantages, logprobs, ..., None skipped);
+    the micro-batch's token statistics, computed on the device."""
+    from ..stats import tokens as tok  # imported when first used (and replaceable in tests)
+
+    raw_logprobs, loss_t, rows_t = token_tensors.get("logprobs"), inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
+    tensors: dict[str, Any] = {k: inputs.as_tensor(v, k) for k, v in token_tensors.items() if v is not None}
+    mask_t = inputs.as_tensor(mask, "mask")
+    with inputs.boundary():
+        tok.validate_token_inputs(mask_t, **tensors)
+    vec = tok.token_sufficient_stats(
+        mask_t, clip_range=config.clip_range, kl_clamp=config.kl_clamp, entropy_low=config.entropy_low_threshold,
+        mismatch_band=(config.mismatch_ratio_low, config.mismatch_ratio_high), **tensors)
+    return LossInput(mask_t, tensors, vec, tok.TOKEN_FIELDS, loss_t, rows_t,
+                     raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)

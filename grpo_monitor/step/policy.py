@@ -1,0 +1,52 @@
+"""What a violation does under the run's ``on_violation`` policy: raise (with its repro file), warn (and how
+often), or nothing.
+
+The counts are the run's (:class:`~grpo_monitor.run.state.RunState`); the monitor counts a
+step's findings first, then calls :func:`warn_found`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from ..config import MonitorConfig
+from ..repro.save import save_repro
+from ..violations import Violation
+from .accumulator import Accumulator
+
+log = logging.getLogger("grpo_monitor")
+
+
+def raises(v: Violation, config: MonitorConfig) -> bool:
+    """An error-severity breach under the ``"raise"`` policy; a warning never stops the run."""
+    return v.severity == "error" and config.policy_for(v.invariant) == "raise"
+
+
+def with_repro(found: list[Violation], config: MonitorConfig, step: int, acc: Accumulator,
+               lock: Callable[[], dict[str, Any]]) -> list[Violation]:
+    """Breaches to raise get their repro file of ``acc`` (the step's accumulator), or why it could not be saved
+    (``save_repro`` never raises); ``lock()``: the estimator lock's state, read only when a file is written."""
+    raising = [v for v in found if raises(v, config)]
+    if not raising:
+        return found
+    path, why = save_repro(config, step, acc, raising, lock=lock())
+    return [dataclasses.replace(v, repro_path=path, repro_error=why) if raises(v, config) else v for v in found]
+
+
+def warn_found(found: Iterable[Violation], counts: Mapping[str, int], config: MonitorConfig) -> None:
+    """Log what is neither ignored nor raised: the 1st, 2nd, 4th, 8th, ... occurrence of an invariant (a
+    recurring warning stays readable), and one ``RuntimeWarning`` per invariant, on its first occurrence."""
+    for v in found:
+        policy = config.policy_for(v.invariant)
+        if policy == "ignore" or (policy == "raise" and v.severity == "error"):
+            continue
+        count = counts[v.invariant]
+        if count & (count - 1) == 0:
+            log.warning("grpo-monitor: %s (occurrence %d)", v.message(), count)
+        if count == 1:
+            warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
+                          RuntimeWarning, stacklevel=1)
