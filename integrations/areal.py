@@ -22,8 +22,15 @@ reward_norm group leave-one-out mean only, no adv_norm   ``leave_one_out``
 reward_norm group mean + batch std, no adv_norm          ``batch``
 =====================================================  ==============================
 
-Anything else (``kl_ctl > 0``, the default 0.1; ``discount`` or ``gae_lambda`` below 1; a
-critic; batch-level reward means; other combinations) has no registry entry: rewards and
+With the KL penalty in the token rewards (``kl_ctl``, 0.1 by default in ``PPOActorConfig``,
+``areal/api/cli_args.py``) or a discount (``discount * gae_lambda`` below 1) and no critic,
+the advantages checked are their outcome part (:func:`outcome_rows`): the advantage less the
+KL-to-go AReaL's GAE makes of ``kl_rewards`` (discounted as it discounts, scaled by
+``adv_norm``'s whitening factor read off ``returns``), averaged over the row's tokens, or
+taken at its last token when discounted (where the outcome is undiscounted); the token
+counts are then not passed (the whitening's mean and spread hold the KL). A learned critic
+(``values`` in the batch) makes the advantages depend on it: rewards and groups only, said
+once. Batch-level reward means and other combinations have no registry entry: rewards and
 groups are observed, advantages not. With ``torch.distributed`` each process observes its
 own rows (``rollout_scope="local"``; group ids carry the rank); token counts are then not
 passed, since AReaL whitens over every process's tokens and the replay fits that affine map.
@@ -85,7 +92,7 @@ def declared_estimator(config: Any) -> Declared:
     ...            group_size=8)
     >>> batch = NS(mean_level="batch", mean_leave1out=False, std_level="batch", std_unbiased=True, eps=1e-5,
     ...            group_size=1)
-    >>> d = declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.0, discount=1.0, gae_lambda=1.0))
+    >>> d = declared_estimator(NS(reward_norm=group, adv_norm=batch, kl_ctl=0.1, discount=1.0, gae_lambda=1.0))
     >>> d.estimator, d.group_size
     ('areal.grpo', 8)
     """
@@ -94,10 +101,6 @@ def declared_estimator(config: Any) -> Declared:
         return Declared(None, note="AReaL without a group-level reward_norm mean (group_size >= 2) is not "
                                    "group-relative")
     g = rn[5]
-    if float(config.kl_ctl) != 0.0 or float(config.discount) != 1.0 or float(config.gae_lambda) != 1.0:
-        return Declared(None, group_size=g, note=f"AReaL with kl_ctl={config.kl_ctl}, discount={config.discount}, "
-                                                 f"gae_lambda={config.gae_lambda} shapes token rewards: no registry "
-                                                 "entry (kl_ctl=0, discount=gae_lambda=1 have one)")
     mean_level, loo, std_level, unbiased, eps, _ = rn
     if an is None:
         if std_level is None:
@@ -150,10 +153,15 @@ def attached() -> GRPOMonitor | None:
 
 # ------------------------------------------------------------------ the call
 def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
-    """Before the call: the declaration (with the trainer's trackers), whether a reference log-prob came with
-    the batch, and the log-probs the call overwrites (the inference engine's ``logprobs``, the trainer's
-    ``prox_logp``)."""
-    declared = with_trackers(declared_estimator(actor.config), trainer_setting(("config", "stats_logger")))
+    """Before the call: the declaration (with the trainer's trackers; none with a learned critic), whether a
+    reference log-prob came with the batch, and the log-probs the call overwrites (the inference engine's
+    ``logprobs``, the trainer's ``prox_logp``)."""
+    declared = declared_estimator(actor.config)
+    if "values" in data and declared.estimator is not None:
+        declared = Declared(None, group_size=declared.group_size,
+                            note="AReaL's GAE with a learned critic (values in the batch) makes advantages depend on "
+                                 "the critic, which no registry entry holds")
+    declared = with_trackers(declared, trainer_setting(("config", "stats_logger")))
     declared = dataclasses.replace(declared, policy_lag=policy_lag(actor.config))
     return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
                            "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
@@ -181,16 +189,69 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     rank, world = rank_and_world()
     g = call.declared.group_size or 1
     gid = torch.arange(len(rewards), device=rewards.device) // g + rank * _ROWS_PER_RANK
-    lengths = mask.sum(-1) if world == 1 else None
+    shaped = shapes_rewards(actor.config)
+    lengths = mask.sum(-1) if world == 1 and not (check and shaped) else None
     advantages = out["advantages"]
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
-                            advantages=row_advantages(advantages, mask) if check else None,
+                            advantages=outcome_rows(actor.config, out) if check else None,
                             **rollout_sampler_inputs(actor.config, mask))
     _check_lag(state, monitor, call.declared.policy_lag)
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
-    monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out), advantages=advantages if check else None,
+    monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out),
+                         advantages=advantages if check and not shaped else None,
                          ref_logprobs=out.get("ref_logp") if call.before["has_ref"] else None,
                          kl=kl if call.before["has_ref"] else None)
+
+
+# ------------------------------------------------------------ the outcome part
+def shapes_rewards(config: Any) -> bool:
+    """Whether AReaL's token advantages carry more than the outcome: a KL penalty or a discount."""
+    return float(config.kl_ctl) != 0.0 or float(config.discount) * float(config.gae_lambda) != 1.0
+
+
+def outcome_rows(config: Any, out: dict) -> torch.Tensor:
+    """One outcome advantage per row from AReaL's ``_compute_advantages`` output (no critic).
+
+    AReaL's GAE with zero values is linear in the token rewards: the outcome reward at the last
+    response token plus ``kl_rewards`` (zeroed at ``seqlens - 1``, as AReaL does). The KL's share
+    is the same recursion run on ``kl_rewards`` alone, times ``adv_norm``'s factor (the slope of
+    ``advantages`` on ``returns``, which AReaL keeps unwhitened). Undiscounted, the remainder is
+    constant over a row (its mean is taken); discounted, it is taken at the last response token.
+    """
+    mask = out["loss_mask"].to(torch.float64)
+    adv = out["advantages"].to(torch.float64)
+    if not shapes_rewards(config):
+        return row_advantages(adv, mask)
+    gamma = float(config.discount) * float(config.gae_lambda)
+    kl_part = _kl_to_go(out, mask, gamma) if float(config.kl_ctl) != 0.0 else torch.zeros_like(adv)
+    outcome = adv - _whitening_factor(adv, out["returns"].to(torch.float64), mask) * kl_part
+    if gamma == 1.0:
+        return row_advantages(outcome, mask)
+    last = (mask.shape[1] - 1 - mask.flip(-1).argmax(-1)).clamp(min=0)
+    return outcome.gather(1, last[:, None]).squeeze(1)
+
+
+def _kl_to_go(out: dict, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """AReaL's GAE recursion (values 0, ``gamma = discount * gae_lambda``) on the KL token rewards alone."""
+    kl = out["kl_rewards"].to(torch.float64).clone()
+    rows = torch.arange(kl.shape[0], device=kl.device)
+    kl[rows, out["attention_mask"].sum(-1).long() - 1] = 0.0
+    to_go = torch.zeros_like(kl)
+    last = torch.zeros(kl.shape[0], dtype=torch.float64, device=kl.device)
+    for t in reversed(range(kl.shape[1] - 1)):
+        m = mask[:, t]
+        last = last * (1 - m) + (kl[:, t] + gamma * last) * m
+        to_go[:, t] = last
+    return to_go
+
+
+def _whitening_factor(adv: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> float:
+    """The slope of the advantages on the returns over valid tokens (1 without ``adv_norm``; 1 when flat)."""
+    m = mask.bool()
+    a, r = adv[m], returns[m]
+    rc = r - r.mean()
+    var = float((rc * rc).sum())
+    return float((rc * (a - a.mean())).sum()) / var if var > 0 else 1.0
 
 
 # ------------------------------------------------------------------ trackers

@@ -18,10 +18,13 @@ estimator                     registry entry                      advantages
 
 ``gae``, ``reinforce``, ``flash_reinforce`` and ``reinforce_baseline`` with
 ``no_std_norm`` have no registry entry: rewards and groups are observed, advantages not.
-With the KL penalty in the reward (``algo.kl.use_loss`` off, ``kl.init_coef > 0``) token
-advantages also carry the KL returns; the row advantage checked is the outcome part (the
-advantage plus ``kl_coef`` times the KL summed from each token to the end), and the
-whitened ``reinforce_baseline`` is then not checkable.
+With the KL penalty in the reward (``algo.kl.use_loss`` off, ``kl.init_coef > 0``: OpenRLHF's
+defaults, ``cli/train_ppo_ray.py``) token advantages also carry the KL returns; the row
+advantage checked is the outcome part (the advantage plus ``kl_coef`` times the KL summed
+from each token to the end; for the whitened ``reinforce_baseline`` that sum is scaled by the
+whitening's factor, read off the returns OpenRLHF keeps, and the outcome is then one global
+affine map of the group step, fitted without token counts). ``gae`` (the CLI's default
+estimator) reads a learned critic's values: rewards and groups only, said once.
 
 The sampler's side (:func:`experience_sampler_inputs`, :func:`rollout_sampler_inputs`): vLLM's
 ``rollout_log_probs`` against ``action_log_probs`` per micro-batch, OpenRLHF's own
@@ -121,6 +124,10 @@ def declared_estimator(args: Any) -> Declared:
         return Declared(None, group_size=group_size,
                         note="OpenRLHF's reinforce_baseline with no_std_norm (token centring, no std) has no "
                              "registry entry")
+    if name == "gae":
+        return Declared(None, group_size=group_size,
+                        note="OpenRLHF's 'gae' (the default estimator) reads a learned critic's values, which no "
+                             "registry entry holds: its advantages are not group-relative")
     if name not in ESTIMATORS:
         return Declared(None, group_size=group_size,
                         note=f"OpenRLHF's advantage estimator {name!r} is not group-relative: no registry entry")
@@ -207,10 +214,8 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
     kl_coef = call.before["kl_coef"] if call.before["kl_in_reward"] else 0.0
     n = call.declared.group_size or 1
     check = state.checks_advantages(call)
-    if check and kl_coef and call.declared.estimator in {ESTIMATORS[w] for w in WHITENED}:
-        state.warn_once("kl_whitened", "reinforce_baseline with the KL penalty in the reward whitens the KL returns "
-                                       "with the outcome: its advantages are not checked (use algo.kl.use_loss)")
-        check = False
+    whitened_kl = bool(kl_coef) and call.declared.estimator in {ESTIMATORS[w] for w in WHITENED}
+    scale = whitening_scale(experiences) if check and whitened_kl else 1.0
     rewards, index, rows, lengths = [], [], [], []
     for exp, kl in zip(experiences, kls, strict=True):
         mask = exp.action_mask.to(torch.float64)
@@ -218,9 +223,13 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
         index.append(torch.as_tensor(exp.index, dtype=torch.long))
         lengths.append(mask.sum(-1))
         if check:
-            rows.append(row_advantages(_outcome_part(exp.advantages, mask, kl, kl_coef), mask))
+            rows.append(row_advantages(_outcome_part(exp.advantages, mask, kl, kl_coef * scale), mask))
+    # A whitening of returns holding the KL has the KL's token mean and spread: the outcome part is one global
+    # affine map of the group step, fitted without token counts (with them the replay would demand the exact
+    # outcome-only whitening)
     monitor.observe_rollout(torch.cat(rewards), group_ids=torch.cat(index) // n,
-                            advantages=torch.cat(rows) if check else None, lengths=torch.cat(lengths),
+                            advantages=torch.cat(rows) if check else None,
+                            lengths=None if check and whitened_kl else torch.cat(lengths),
                             **rollout_sampler_inputs(experiences))
     for exp, kl in zip(experiences, kls, strict=True):
         monitor.observe_loss(mask=exp.action_mask.float(), logprobs=exp.action_log_probs,
@@ -229,9 +238,28 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:
                              **experience_sampler_inputs(exp))
 
 
+def whitening_scale(experiences: Sequence[Any]) -> float:
+    """The factor OpenRLHF's token whitening multiplied the returns by: the least-squares slope of
+    ``experience.advantages`` on ``experience.returns`` (the returns it whitened, kept) over every valid token.
+
+    ``reinforce_baseline`` whitens ``(advantages - mean) * rstd`` after the KL returns entered them, so the
+    KL part of a token advantage is ``-rstd * kl_coef * sum_{s >= t} kl_s``. 1.0 when the returns do not vary.
+    """
+    adv, ret = [], []
+    for exp in experiences:
+        m = exp.action_mask.bool()
+        adv.append(exp.advantages.to(torch.float64)[m])
+        ret.append(exp.returns.to(torch.float64)[m])
+    a, r = torch.cat(adv), torch.cat(ret)
+    rc = r - r.mean()
+    var = float((rc * rc).sum())
+    return float((rc * (a - a.mean())).sum()) / var if var > 0 else 1.0
+
+
 def _outcome_part(advantages: torch.Tensor, mask: torch.Tensor, kl: torch.Tensor | None,
                   kl_coef: float) -> torch.Tensor:
-    """Token advantages less the KL returns ``-kl_coef * sum_{s >= t} kl_s`` (gamma is 1 for these estimators)."""
+    """Token advantages less the KL returns ``-kl_coef * sum_{s >= t} kl_s`` (gamma is 1 for these estimators;
+    ``kl_coef`` times :func:`whitening_scale` for a whitened estimator)."""
     adv = advantages.to(torch.float64)
     if not kl_coef or kl is None:
         return adv

@@ -21,7 +21,11 @@ shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left ou
 =========================================  ==========================
 
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
-advantages observed are the estimator's. The sampler's side comes from the ``TrainingInputBatch``
+advantages observed are the estimator's. With ``use_kl_in_reward`` (off in SkyRL's
+``ppo_base_config.yaml``) the trainer subtracts the KL from the token rewards before the
+dispatcher, and SkyRL's ``grpo``/``rloo`` normalise the KL-shaped scores: the rewards observed
+are those scores and the advantages are checked on them exactly. ``gae`` reads a learned
+critic's values: rewards and groups only, said once. The sampler's side comes from the ``TrainingInputBatch``
 the calling trainer method holds (:func:`find_training_input`, :func:`training_input_token_inputs`):
 ``rollout_logprobs`` against ``action_log_probs`` over ``loss_mask``, truncation at
 ``generator.sampling_params.max_generate_length`` for single-turn runs. SkyRL's trainer runs in a Ray task
@@ -95,6 +99,9 @@ def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilo
         return Declared("skyrl.grpo", stabilizer=eps) if grpo_norm_by_std else Declared("verl.grpo_no_std")
     if name in ESTIMATORS:
         return Declared(ESTIMATORS[name], stabilizer=eps if name == "maxrl" else None)
+    if name == "gae":
+        return Declared(None, note="SkyRL's 'gae' reads a learned critic's values, which no registry entry holds: its "
+                                   "advantages are not group-relative")
     return Declared(None, note=f"SkyRL's advantage estimator {name!r} is not group-relative or not in the registry")
 
 

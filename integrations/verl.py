@@ -31,6 +31,11 @@ the std, whatever ``algorithm.norm_adv_by_std_in_grpo`` says (verl 0.9.1). The a
 declares what is computed (``verl.grpo_vectorized``) and warns once when the config asks
 for no std.
 
+With ``algorithm.use_kl_in_reward`` (off in verl's ``ppo_trainer.yaml``) ``apply_kl_penalty``
+subtracts the KL from the token rewards before ``compute_advantage``, and verl's group
+estimators normalise the KL-shaped scores: the rewards observed are those scores, checked
+exactly. ``gae``, the config's default, reads a learned critic: rewards and groups only, said once.
+
 An estimator without an entry (a user's own) is checked against ``MonitorConfig.std_convention``
 when the user declares it (``attach(config=MonitorConfig(std_convention="verl.grpo"))``).
 ``sinks="auto"`` follows ``trainer.logger`` (wandb, tensorboard, mlflow, trackio; the run
@@ -101,6 +106,10 @@ def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True,
     if name in READS_CONFIG and config is not None and hasattr(config, "get"):
         by_std = bool(config.get("norm_adv_by_std_in_grpo", True))
     trackers, output_dir = _trackers(trainer)
+    if name == "gae":
+        return Declared(None, note="verl's 'gae' (the default adv_estimator) reads a learned critic's values, which "
+                                   "no registry entry holds: its advantages are not group-relative",
+                        trackers=trackers, output_dir=output_dir)
     if name not in ESTIMATORS:
         return Declared(None, note=f"verl's advantage estimator {name!r} has no registry entry",
                         trackers=trackers, output_dir=output_dir)

@@ -81,3 +81,95 @@ def test_expect_takes_your_own_reference():
     assert audit(mine, G, expect=name).expected_fits is True
     flipped = audit(lambda r: -mine(r), G, expect=name)
     assert flipped.expected_fits is False and flipped.verdict == "broken"
+
+
+# ------------------------------------------------------------------ several rewards per response
+def _nanstd(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """Bessel std over ``dim`` ignoring NaN (torch has nanmean, no nanstd)."""
+    mean = torch.nanmean(x, dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim, keepdim=True)
+    return (torch.nansum((x - mean) ** 2, dim, keepdim=True) / (count - 1).clamp(min=1)).sqrt()
+
+
+def normalize_then_sum(variant: str = "healthy"):
+    """A user's multi-reward estimator written in torch (as TRL's normalize_then_sum): each reward column z-scored
+    within its group (+1e-4), summed, then z-scored over the batch (+1e-4); NaN-reward rows get 0. ``variant``:
+    ``misaligned`` (column 1 one row off its response) or ``wrong_axis`` (columns z-scored across the groups)."""
+
+    def fn(rewards: torch.Tensor, reward_components: torch.Tensor) -> torch.Tensor:
+        c = reward_components.clone()
+        if variant == "misaligned":
+            flat = c.reshape(-1, c.shape[-1])
+            flat[:, 1] = torch.roll(flat[:, 1], 1)
+        dim = 0 if variant == "wrong_axis" else 1
+        z = (c - torch.nanmean(c, dim, keepdim=True)) / (_nanstd(c, dim) + 1e-4)
+        nan = torch.isnan(rewards)
+        s = torch.where(nan, torch.nan, z.sum(-1))
+        flat = s.reshape(-1)
+        adv = (s - torch.nanmean(flat)) / (_nanstd(flat, 0) + 1e-4)
+        return torch.where(nan, 0.0, adv)
+
+    return fn
+
+
+def live_errors_with_components(fn, k: int) -> list[str]:
+    """Errors of the live API ("auto", reward_components= given) on the audit's probes, counted as the audit does."""
+    from grpo_monitor.audit.probes import reward_components
+
+    out = []
+    for probe in make_probes(G):
+        r, comps = probe.rewards, reward_components(probe.rewards, k)
+        mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="ignore"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mon.observe_rollout(r, advantages=fn(r, reward_components=comps), reward_components=comps)
+            found = mon.end_step().violations
+        out += [f"{probe.name}:{v.invariant}" for v in found if v.severity == "error"
+                and (v.invariant != "convention" or probe.name in UNIT_SCALE)]
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 3])
+@pytest.mark.parametrize("variant", ["healthy", "misaligned", "wrong_axis"])
+def test_audit_and_live_api_agree_with_reward_components(variant, k):
+    """audit(reward_components=K) calls fn(rewards, reward_components=C) and gives the live API's verdict (auto,
+    reward_components= given): a torch normalize_then_sum is trl.normalize_then_sum for both, a column one row off
+    or z-scored across the groups is broken for both."""
+    fn = normalize_then_sum(variant)
+    result = audit(fn, G, reward_components=k)
+    errors = live_errors_with_components(fn, k)
+    assert (result.verdict in ("ok", "consistent")) == (not errors), (result.verdict, result.causes, errors)
+    if variant == "healthy":
+        assert result.verdict == "ok" and result.inferred == "trl.normalize_then_sum", result.causes
+        assert audit(fn, G, reward_components=k, expect="trl.normalize_then_sum").expected_fits is True
+    else:
+        assert result.verdict == "broken" and errors
+
+
+def test_reward_components_argument_is_checked():
+    """A multi-reward --expect without components, or a K that is not a count of columns, is a worded error."""
+    fn = normalize_then_sum()
+    with pytest.raises(ValueError, match="reward_components=K"):
+        audit(fn, G, expect="trl.normalize_then_sum")
+    for bad in (0, 2.5, True, 99):
+        with pytest.raises(ValueError, match="reward_components must be an int from 1 to 16"):
+            audit(fn, G, reward_components=bad)
+
+
+def test_cli_reward_components(tmp_path, monkeypatch, capsys):
+    """grpo-monitor audit MODULE:FUNCTION --reward-components 2: exit 0 and the multi-reward entry named; the
+    misaligned variant exits 1."""
+    import inspect
+    import json
+
+    from grpo_monitor.cli import main
+
+    source = "import torch\n" + inspect.getsource(_nanstd) + inspect.getsource(normalize_then_sum) + \
+        "healthy = normalize_then_sum()\nmisaligned = normalize_then_sum('misaligned')\n"
+    (tmp_path / "multi.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    assert main(["audit", "multi:healthy", "--reward-components", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["inferred"] == "trl.normalize_then_sum"
+    assert main(["audit", "multi:misaligned", "--reward-components", "2", "--json"]) == 1
+    assert main(["audit", "multi:healthy", "--reward-components", "0"]) == 2
+    assert "reward_components must be an int" in capsys.readouterr().err

@@ -27,6 +27,8 @@ from ..monitor import GRPOMonitor
 AdvantageFn = Callable[..., Any]
 #: ``rewards (B, G) -> token counts (B, G)``: the audit's ``--lengths``.
 LengthsFn = Callable[[torch.Tensor], Any]
+#: Reward columns ``--reward-components K`` builds per response (a sine of each row's own reward per column).
+MAX_COMPONENTS = 16
 #: The precisions every probe is run in: float64, and float32 as trainers compute.
 DTYPES: dict[str, torch.dtype] = {"float64": torch.float64, "float32": torch.float32}
 #: Probes whose reward scale is 1: the convention is judged on these.
@@ -144,8 +146,8 @@ def call(fn: AdvantageFn, rewards: torch.Tensor) -> torch.Tensor:
     return out.detach()
 
 
-def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int, lengths: LengthsFn | None = None
-              ) -> tuple[ProbeResult, torch.Tensor | None]:
+def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int, lengths: LengthsFn | None = None,
+              components: int | None = None) -> tuple[ProbeResult, torch.Tensor | None]:
     """One probe in one dtype: the function's advantages (or None) through a fresh monitor (policy 'ignore').
 
     ``lengths`` (``rewards (B, G) -> token counts (B, G)``) gives the monitor the token counts the
@@ -158,7 +160,7 @@ def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int, lengths: Length
     except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way
         result.error, result.contract = _worded(exc), isinstance(exc, ContractError)
         return result, None
-    report = monitor_report(rewards, adv, G, token_counts(lengths, rewards))
+    report = monitor_report(rewards, adv, G, token_counts(lengths, rewards), components)
     result.convention = report.convention
     result.stabilizer = report.metrics.get("grpo/adv/stabilizer")
     for v in report.violations:
@@ -176,11 +178,50 @@ def finding(probe: str, dtype: str, invariant: str, observed: str, expected: str
             "expected": expected, "hint": hint, "example": example}
 
 
-def monitor_report(rewards: torch.Tensor, advantages: torch.Tensor, G: int, lengths: torch.Tensor | None = None):
-    """The report of one step of a fresh monitor (policy 'ignore') on ``rewards`` and ``advantages``."""
+def monitor_report(rewards: torch.Tensor, advantages: torch.Tensor, G: int, lengths: torch.Tensor | None = None,
+                   components: int | None = None):
+    """The report of one step of a fresh monitor (policy 'ignore') on ``rewards`` and ``advantages``
+    (with the probes' ``components`` reward columns, as the live API's ``reward_components=``)."""
     mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="ignore", strict=True))
-    mon.observe_rollout(rewards, advantages=advantages, lengths=lengths)
+    extra = {} if components is None else {"reward_components": reward_components(rewards, components)}
+    mon.observe_rollout(rewards, advantages=advantages, lengths=lengths, **extra)
     return mon.end_step()
+
+
+def check_components(k: Any) -> int:
+    """``k`` as a number of reward columns, 1..MAX_COMPONENTS, or a worded ValueError."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_COMPONENTS:
+        raise ValueError(f"reward_components must be an int from 1 to {MAX_COMPONENTS} (reward columns per "
+                         f"response), got {k!r}")
+    return k
+
+
+def reward_components(rewards: torch.Tensor, k: int) -> torch.Tensor:
+    """``k`` reward columns ``(B, G, k)`` summing to ``rewards``: column j is ``r / k + sin(3 r + 2 pi j / k) / (4 k)``.
+
+    Each column is a strictly increasing, non-affine function of the row's own reward (slope at least
+    ``1 / (4 k)``), so the columns differ, a constant group stays constant in every column, a NaN row is
+    NaN in every column, and for ``k >= 2`` the sines cancel in the sum.
+
+    >>> c = reward_components(torch.tensor([[0.0, 1.0]], dtype=torch.float64), 2)
+    >>> tuple(c.shape), torch.allclose(c.sum(-1), torch.tensor([[0.0, 1.0]], dtype=torch.float64))
+    ((1, 2, 2), True)
+    """
+    if k == 1:
+        return rewards[..., None].clone()
+    phase = 2 * math.pi * torch.arange(k, dtype=rewards.dtype) / k
+    r = rewards[..., None]
+    return r / k + torch.sin(3 * r + phase) / (4 * k)
+
+
+def with_components(fn: AdvantageFn, k: int) -> AdvantageFn:
+    """``fn`` called as ``fn(rewards, reward_components=reward_components(rewards, k))`` (composes with
+    :func:`with_lengths`)."""
+    def bound(rewards: torch.Tensor, **kwargs: Any) -> Any:
+        return fn(rewards, reward_components=reward_components(rewards, k), **kwargs)
+
+    bound.__qualname__ = getattr(fn, "__qualname__", "fn")
+    return bound
 
 
 def token_counts(lengths: LengthsFn | None, rewards: torch.Tensor) -> torch.Tensor | None:

@@ -14,7 +14,7 @@ import torch
 
 from ..config import Tolerances
 from ..estimators import ESTIMATORS, Estimator, fit, get
-from .probes import Match
+from .probes import Match, reward_components
 
 #: Probes a registry entry must reproduce (float64) to match; the stabilizer is fitted on the first.
 MATCH_PROBES = ("scale_down", "continuous", "binary", "constant", "offset", "scale_up")
@@ -26,12 +26,15 @@ NEAR_TOL = 0.05
 NEAR_PROBES = ("scale_down", "continuous", "binary", "scale_up")
 
 
-#: probe -> (rewards (N,), gid (N,), advantages (N,), groups with reward variation (B,))
-Rows = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+#: probe -> (rewards (N,), gid (N,), advantages (N,), groups with reward variation (B,), reward components
+#: (N, K) or None)
+Rows = dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]
 
 
-def replay_rows(runs: dict[str, tuple[torch.Tensor, torch.Tensor]], sign: float = 1.0) -> Rows | None:
-    """The float64 runs of :data:`MATCH_PROBES` as flat rows (None when one is missing or not finite)."""
+def replay_rows(runs: dict[str, tuple[torch.Tensor, torch.Tensor]], sign: float = 1.0,
+                components: int | None = None) -> Rows | None:
+    """The float64 runs of :data:`MATCH_PROBES` as flat rows (None when one is missing or not finite), with the
+    probes' ``components`` reward columns (``--reward-components``) where the function was given them."""
     rows = {}
     for name in MATCH_PROBES:
         if name not in runs or not bool(torch.isfinite(runs[name][1]).all()):
@@ -39,8 +42,20 @@ def replay_rows(runs: dict[str, tuple[torch.Tensor, torch.Tensor]], sign: float 
         r, a = runs[name]
         gid = np.repeat(np.arange(r.shape[0]), r.shape[1])
         live = (r.amax(1) > r.amin(1)).numpy()
-        rows[name] = (r.reshape(-1).double().numpy(), gid, sign * a.reshape(-1).double().numpy(), live)
+        comps = None if components is None else \
+            reward_components(r.double(), components).reshape(-1, components).numpy()
+        rows[name] = (r.reshape(-1).double().numpy(), gid, sign * a.reshape(-1).double().numpy(), live, comps)
     return rows
+
+
+def _data(est: Estimator, row: tuple) -> np.ndarray | None:
+    """What ``est`` replays on: the reward components for a multi-reward entry (None without them), else rewards."""
+    return row[4] if est.multi_reward else row[0]
+
+
+def replayable(est: Estimator, rows: Rows) -> bool:
+    """Whether the rows hold what ``est`` takes: reward components for a multi-reward entry."""
+    return not est.multi_reward or next(iter(rows.values()))[4] is not None
 
 
 def match_estimator(est: Estimator, rows: Rows, tol: float = MATCH_TOL,
@@ -52,7 +67,8 @@ def match_estimator(est: Estimator, rows: Rows, tol: float = MATCH_TOL,
     """
     tries: list[dict[str, float]] = [{}]
     if est.fit_param is not None:
-        found = fit(est, *rows[MATCH_PROBES[0]][:3])
+        first = rows[MATCH_PROBES[0]]
+        found = fit(est, _data(est, first), *first[1:3])
         own = {est.fit_param: float(est.params[est.fit_param])}
         tries = [{k: float(v) for k, v in found.params.items()}, own] if found.error is None else [own]
     for params in tries:  # the fitted stabilizer, then the entry's own (a fit can miss, e.g. where mean_g ~ 0)
@@ -70,7 +86,7 @@ def _slack(rows: Rows) -> float:
 
 def probe_residual(est: Estimator, row: tuple, params: dict[str, float]) -> float:
     """The worst rms residual of a group with reward variation, x typical |advantage| (inf if ``est`` refuses)."""
-    f = fit(est, *row[:3], free=False, fixed=params)
+    f = fit(est, _data(est, row), *row[1:3], free=False, fixed=params)
     return math.inf if f.error is not None else float(f.group_residuals[row[3]].max(initial=0.0))
 
 
@@ -87,7 +103,8 @@ def _rank(est: Estimator, params: dict[str, float], rows: Rows) -> int:
 
 def registry_matches(rows: Rows | None, tol: float = MATCH_TOL, probes: tuple[str, ...] = MATCH_PROBES
                      ) -> list[Match]:
-    """Every single-reward entry that reproduces the rows, best first (by :func:`_rank`, then registry order).
+    """Every entry that reproduces the rows, best first (by :func:`_rank`, then registry order); the multi-reward
+    ones when the rows carry reward components.
 
     First the entries whose own stabilizer reproduces the function (``verl.grpo`` for
     torch.std + 1e-6), then those with nothing free, then generic conventions with a fitted
@@ -96,7 +113,7 @@ def registry_matches(rows: Rows | None, tol: float = MATCH_TOL, probes: tuple[st
     """
     if rows is None:
         return []
-    pool = [est for est in ESTIMATORS.values() if not est.multi_reward]
+    pool = [est for est in ESTIMATORS.values() if replayable(est, rows)]
     found = [m for est in pool if (m := match_estimator(est, rows, tol, probes))]
     found.sort(key=lambda m: m.rank)
     return [m for m in found if m.rank < 3] or found
@@ -105,7 +122,7 @@ def registry_matches(rows: Rows | None, tol: float = MATCH_TOL, probes: tuple[st
 def expected_fits(name: str, rows: Rows | None, tol: float = MATCH_TOL) -> bool:
     """Whether ``name`` reproduces the rows: with its own stabilizer (framework), or a fitted one (generic)."""
     est = get(name)
-    if rows is None:
+    if rows is None or not replayable(est, rows):
         return False
     if est.framework == "generic":
         return match_estimator(est, rows, tol) is not None

@@ -117,8 +117,8 @@ def load_function(spec: str) -> AdvantageFn:
 
 
 # -------------------------------------------------------------------- severities
-def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str, Probe], runs64: dict, G: int
-                     ) -> None:
+def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str, Probe], runs64: dict, G: int,
+                     components: int | None = None) -> None:
     """Warnings, not errors: what the matched entry's own output breaks on a probe the function reproduces it on
     (a reward clip, a reward domain, verl's one-row groups)."""
     est = get(match.name)
@@ -128,13 +128,15 @@ def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str
         if not errors:
             continue
         r = probe.rewards
+        data = probes.reward_components(r, components).reshape(len(r) * G, -1) if est.multi_reward and components \
+            else r.reshape(-1)
         try:
-            ref = torch.from_numpy(est(r.reshape(-1).numpy(), np.repeat(np.arange(len(r)), G), **match.params))
+            ref = torch.from_numpy(est(data.numpy(), np.repeat(np.arange(len(r)), G), **match.params))
         except ValueError:  # the entry refuses this batch (e.g. pass@k on a group of one)
             continue
         if probes.relative(runs64[name][1].reshape(-1), ref) > registry.MATCH_TOL:
             continue
-        shown = errors & {v.invariant for v in probes.monitor_report(r, ref.view_as(r), G).violations}
+        shown = errors & {v.invariant for v in probes.monitor_report(r, ref.view_as(r), G, None, components).violations}
         hint = f"{match.name} itself does this on these rewards ({est.description}): not a bug of the function"
         if est.reward_domain != "real":
             hint += f"; its promises hold for {est.reward_domain} rewards"
@@ -209,7 +211,7 @@ def _float32_only(v: dict[str, Any], deviation: float, bound: float) -> None:
 
 # -------------------------------------------------------------------------- audit
 def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None,
-          lengths: probes.LengthsFn | None = None) -> AuditResult:
+          lengths: probes.LengthsFn | None = None, reward_components: int | None = None) -> AuditResult:
     """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) in float64 and float32 and collect the verdicts.
 
     ``expect`` names the registry entry the function should reproduce (``population``,
@@ -218,19 +220,26 @@ def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: s
     violation; with ``"auto"`` the match is only reported. ``lengths`` (``rewards (B, G) ->
     token counts (B, G)``) calls ``fn(rewards, lengths=...)`` and hands the same counts to the
     monitor, so token-whitening estimators are judged as the live API judges them with ``lengths=``.
+    ``reward_components`` (K) calls ``fn(rewards, reward_components=...)`` with K reward columns per
+    response that sum to the probe's rewards (:func:`~grpo_monitor.audit.probes.reward_components`) and
+    hands them to the monitor as the live API's ``reward_components=`` (multi-reward estimators).
     """
     G = theory._check_group_size(group_size)
+    k = None if reward_components is None else probes.check_components(reward_components)
+    if k is not None:
+        fn = probes.with_components(fn, k)
     if lengths is not None:
         fn = probes.with_lengths(fn, lengths)
-    if expect != "auto" and get(expect).multi_reward:
-        raise ValueError(f"expect={expect!r} takes several reward columns; the audit probes one reward per response")
+    if expect != "auto" and get(expect).multi_reward and k is None:
+        raise ValueError(f"expect={expect!r} takes several reward columns; pass reward_components=K "
+                         "(--reward-components K) to probe with K reward columns per response")
     label = name or str(getattr(fn, "__qualname__", repr(fn)))
     batches = {p.name: p for p in probes.make_probes(G)}
     results: list[ProbeResult] = []
     runs: dict[str, dict[str, tuple[torch.Tensor, torch.Tensor]]] = {d: {} for d in DTYPES}
     for probe in batches.values():
         for dtype in DTYPES:
-            result, adv = probes.run_probe(fn, probe, dtype, G, lengths)
+            result, adv = probes.run_probe(fn, probe, dtype, G, lengths, k)
             results.append(result)
             if adv is not None:
                 runs[dtype][probe.name] = (probe.rewards, adv)
@@ -242,7 +251,7 @@ def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: s
             expected_fits=None, causes=[], convention="custom", stabilizer=None, equivariant=None,
             batch_independent=None, nan_rows="n/a", scale={}, violations=[], notes=[], gradient=[],
             probes=results)
-    return _judge(fn, label, G, expect, batches, results, runs)
+    return _judge(fn, label, G, expect, batches, results, runs, k)
 
 
 def _does_not_run(results: list[ProbeResult]) -> str | None:
@@ -257,7 +266,7 @@ def _does_not_run(results: list[ProbeResult]) -> str | None:
 
 
 def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, Probe],
-           results: list[ProbeResult], runs: dict[str, dict]) -> AuditResult:
+           results: list[ProbeResult], runs: dict[str, dict], components: int | None = None) -> AuditResult:
     """Everything after the probes ran: match, severities, extra checks, causes, verdict."""
     notes: list[str] = []
     nan_by_dtype = {d: probes.nan_verdict(next(p for p in results if (p.name, p.dtype) == ("nan_rows", d)),
@@ -267,10 +276,10 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
         notes.append(f"NaN rewards are handled differently by dtype: {nan_by_dtype}")
     nan_rows = nan_by_dtype["float64"]
     runs64 = {k: (r, a.to(torch.float64)) for k, (r, a) in runs["float64"].items()}
-    rows = registry.replay_rows(runs64)
+    rows = registry.replay_rows(runs64, components=components)
     matches = registry.registry_matches(rows)
     if matches:
-        excuse_by_design(results, matches[0], batches, runs64, G)
+        excuse_by_design(results, matches[0], batches, runs64, G, components)
     judge_rounding(fn, results, runs, batches)
     violations = [v for p in results for v in p.violations if _counts(p.name, v["invariant"], nan_by_dtype[p.dtype])]
     violations += [_raised(p) for p in results if p.error and p.name != "nan_rows"]
@@ -278,7 +287,8 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     descriptions = {n: p.description for n, p in batches.items()}
     errors = any(v["severity"] == "error" for v in violations)
     structural = (structural_causes(checks["equivariant"], checks["batch_independent"],
-                                    (rows, registry.replay_rows(runs64, sign=-1.0)), descriptions) if errors else {})
+                                    (rows, registry.replay_rows(runs64, sign=-1.0, components=components)),
+                                    descriptions) if errors else {})
     causes = apply_causes(violations, structural, nan_rows)
     fits = None if expect == "auto" else registry.expected_fits(expect, rows)
     if fits is False:

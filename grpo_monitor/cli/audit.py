@@ -52,6 +52,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--lengths", default=None, metavar="MODULE:FUNCTION",
                         help="token counts rewards (B, G) -> lengths (B, G): the function is called with "
                         "lengths=... and the monitor gets the same counts (token-whitening estimators)")
+    parser.add_argument("--reward-components", type=int, default=None, metavar="K",
+                        help="call the function as fn(rewards, reward_components=C) with K reward columns per "
+                        "response, C (B, G, K), that sum to the probe's rewards, and hand the monitor the same "
+                        "columns (multi-reward estimators: trl.normalize_then_sum, verl.gdpo)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=run)
     return parser
@@ -69,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
             expect = custom(load_function(expect), name=expect).name
         lengths = load_function(args.lengths) if args.lengths else None
-        result = audit(fn, args.group_size, expect=expect, name=args.function, lengths=lengths)
+        result = audit(fn, args.group_size, expect=expect, name=args.function, lengths=lengths,
+                       reward_components=args.reward_components)
     except (ValueError, TypeError, ImportError, SyntaxError) as exc:
         return fail("audit", exc)
     if args.json:

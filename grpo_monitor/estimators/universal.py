@@ -14,6 +14,9 @@ know) and an error (they break: a bug whatever the estimator):
   baseline or a token whitening gives, up to the residue ``tolerances.degenerate_error`` x a
   live group's typical |advantage| allows (float32 rounding).
 
+The three thresholds were calibrated on measured float32/bfloat16 noise of every registry entry and on the
+tests' real bugs (``benchmarks/universal_calibration.py``, figures in docs/universal_invariants.md).
+
 Group sizes are the device's ``group_size`` check, and NaN-reward rows carrying advantage 0 its
 ``unscorable_rows`` check (:data:`UNIVERSAL_PROMISES`): both run whatever the estimator.
 """

@@ -44,8 +44,8 @@ WHITEN = _norm("batch", "batch", g=1)
     (_config(_norm(std=None)), "none"),
     (_config(_norm(std=None, loo=True)), "leave_one_out"),
     (_config(_norm(std="batch")), "batch"),
-    (_config(_norm(), WHITEN, kl_ctl=0.1), None),
-    (_config(_norm(), WHITEN, discount=0.99), None),
+    (_config(_norm(), WHITEN, kl_ctl=0.1), "areal.grpo"),
+    (_config(_norm(), WHITEN, discount=0.99), "areal.grpo"),
     (_config(_norm(loo=True)), None),
     (_config(_norm(unbiased=False), WHITEN), None),
     (_config(_norm(mean="batch", std="batch")), None),
@@ -84,12 +84,49 @@ def test_real_normalization_is_quiet_and_declared(case, cases):
 
 
 @pytest.mark.slow
-def test_kl_shaped_rewards_observe_rewards_and_kl_only(cases):
-    """kl_ctl=0.1 (AReaL's default) shapes token rewards: no entry, one warning; KL and k3 still observed."""
+def test_kl_shaped_rewards_check_the_outcome_part(cases):
+    """kl_ctl=0.1 shapes token rewards: the outcome part is checked against areal.grpo, quiet; KL and k3 observed."""
     result = cases["grpo_kl"]
-    assert result["violations"] == [] and result["convention"] is None
+    assert result["violations"] == [] and result["convention"] == "areal.grpo" and result["warnings"] == []
     assert "grpo/kl/user_mean" in result["metrics"] and "grpo/kl/k3_mean" in result["metrics"]
-    assert len(result["warnings"]) == 1 and "kl_ctl=0.1" in result["warnings"][0]
+
+
+SHIPPED = {  # case -> the entry AReaL's default KL penalty (and discount) is checked against
+    "default_grpo": "areal.grpo", "default_dr_grpo": "areal.dr_grpo", "default_group_bessel": "bessel",
+    "default_group_mean_discounted": "none", "default_grpo_discounted": "areal.grpo",
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SHIPPED))
+def test_shipped_default_config_gets_its_advantages_checked(case, cases):
+    """PPOActorConfig's own defaults (kl_ctl 0.1, read from areal/api/cli_args.py) with a GRPO normalisation, or a
+    discount without a critic: the outcome part is checked (not skipped), quiet, within 1e-6 of the reference."""
+    result = cases[case]
+    assert result["defaults"]["kl_ctl"] == 0.1 and result["config"]["kl_ctl"] == 0.1
+    assert result.get("raised") is None and result["violations"] == [] and result["warnings"] == [], quiet(result)
+    assert result["declared"] == result["convention"] == SHIPPED[case]
+    assert result["kl_share"] > 1e-3, "the KL (and discount) really moved the token advantages (1e4 x float32 noise)"
+    if "reference_error" in result:
+        assert result["reference_error"] < 1e-6, quiet(result)
+
+
+@pytest.mark.slow
+def test_a_learned_critic_stays_rewards_only_said_once(cases):
+    """GAE with a critic's values in the batch: rewards and groups observed, advantages not, one warning why."""
+    result = cases["default_critic"]
+    assert result["violations"] == [] and result["convention"] is None
+    assert len(result["warnings"]) == 1 and "learned critic" in result["warnings"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, invariant", [("default_broken_batch_std", "convention"),
+                                             ("default_broken_misaligned", "affine_in_rewards")])
+def test_a_defect_under_the_shipped_default_still_raises(case, invariant, cases):
+    """Under the default KL penalty a batch std where group std is declared, or advantages one row off, raises."""
+    result = cases[case]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert invariant in result["invariants"]
 
 
 @pytest.mark.slow
@@ -106,7 +143,7 @@ def test_a_broken_normalisation_is_stopped(case, invariant, cases):
 def test_detach_restores_every_class(cases):
     """attach() wraps PPOActor and each loaded subclass overriding _compute_advantages; detach() restores them."""
     result = cases["detach_restores"]
-    assert result["patched"] == ["PPOActor", "PromptAxisMean"] and result["restored"]
+    assert result["patched"] == ["PPOActor", "PromptAxisMean", "RolledAdvantages"] and result["restored"]
 
 
 @pytest.mark.slow

@@ -20,8 +20,7 @@ HEALTHY = {  # case -> the registry entry OpenRLHF's args declare
     "dr_grpo_kl_in_reward": "openrlhf.dr_grpo",
 }
 UNCHECKED = {  # case -> what the one warning says
-    "reinforce_baseline_kl_in_reward": "whitens the KL returns",
-    "gae": "'gae' is not group-relative",
+    "gae": "reads a learned critic's values",
     "flash_reinforce": "'flash_reinforce' is not group-relative",
 }
 
@@ -82,11 +81,51 @@ def test_real_estimator_is_quiet_and_matches_its_registry_entry(case, cases):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(UNCHECKED))
 def test_options_without_an_entry_observe_rewards_only(case, cases):
-    """gae, flash_reinforce, whitened KL-in-reward: rewards and groups observed, advantages not, one warning why."""
+    """gae (a learned critic), flash_reinforce: rewards and groups observed, advantages not, one warning why."""
     result = cases[case]
     assert result.get("raised") is None and result["violations"] == [], quiet(result)
     assert result["convention"] is None and result["metrics"]["grpo/groups/degenerate_rate"] == 0.5
     assert len(result["warnings"]) == 1 and UNCHECKED[case] in result["warnings"][0]
+
+
+SHIPPED = {"default_group_norm": "openrlhf.group_norm", "default_rloo": "openrlhf.rloo",
+           "default_dr_grpo": "openrlhf.dr_grpo", "default_reinforce_baseline": "openrlhf.reinforce_baseline",
+           "reinforce_baseline_kl_in_reward": "openrlhf.reinforce_baseline"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SHIPPED))
+def test_shipped_default_config_gets_its_advantages_checked(case, cases):
+    """OpenRLHF's CLI defaults (KL in the reward, init_coef 0.01, read from cli/train_ppo_ray.py) with each group
+    estimator: the outcome part is checked (not skipped) and quiet; the KL share is fully removed from every token
+    (whitened reinforce_baseline included), and the group estimators match their reference within 1e-6."""
+    result = cases[case]
+    assert result.get("raised") is None and result["violations"] == [] and result["warnings"] == [], quiet(result)
+    assert result["declared"] == result["convention"] == SHIPPED[case]
+    if case.startswith("default_"):
+        assert result["defaults"]["algo.kl.init_coef"] == 0.01 and result["defaults"]["algo.kl.use_loss"] is False
+        assert result["token_spread"] < 1e-5 and result["kl_share"] > 100 * result["token_spread"], quiet(result)
+        assert "reference_error" not in result or result["reference_error"] < 1e-6, quiet(result)
+
+
+@pytest.mark.slow
+def test_the_shipped_default_estimator_is_gae_with_a_critic_said_once(cases):
+    """The CLI's default estimator, gae: rewards and groups observed, advantages not, one warning names the critic."""
+    result = cases["default_gae"]
+    assert result["defaults"]["algo.advantage.estimator"] == "gae"
+    assert result["violations"] == [] and result["convention"] is None
+    assert len(result["warnings"]) == 1 and "learned critic" in result["warnings"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case, invariant", [("default_broken_population_std", "convention"),
+                                             ("default_broken_rolled_reinforce_baseline", "affine_in_rewards"),
+                                             ("default_broken_rolled_group_norm", "zero_group_mean")])
+def test_a_defect_under_the_shipped_default_still_raises(case, invariant, cases):
+    """Under the default KL-in-reward a population std, or advantages one row off their rewards, raises."""
+    result = cases[case]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert invariant in result["invariants"]
 
 
 @pytest.mark.slow

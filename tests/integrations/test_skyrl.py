@@ -69,6 +69,41 @@ def test_declared_epsilon_reaches_the_monitor(cases):
     assert cases["skyrl-grpo_epsilon"]["stabilizer"] == 1e-3
 
 
+SHIPPED = {"default_grpo": "skyrl.grpo", "default_grpo_kl_in_reward": "skyrl.grpo",
+           "default_rloo_kl_in_reward": "leave_one_out"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SHIPPED))
+def test_shipped_default_config_gets_its_advantages_checked(case, cases):
+    """SkyRL's ppo_base_config.yaml (grpo, KL as a loss), and with use_kl_in_reward: the dispatcher called with its
+    arguments is checked (not skipped) and quiet; the KL-shaped scores match the reference (float32 resolution of
+    scores ~1 over the 1e-4 spread the KL gives constant-outcome groups: ~1e-3)."""
+    result = cases[case]
+    assert result["shipped"]["advantage_estimator"] == "grpo" and result["shipped"]["use_kl_in_reward"] is False
+    assert result.get("raised") is None and result["violations"] == [] and result["warnings"] == [], quiet(result)
+    assert result["declared"] == result["convention"] == SHIPPED[case]
+    shaped = "kl_in_reward" in case
+    assert (result["kl_in_rewards"] > 1e-5) == shaped, "the KL penalty really entered the scores"
+    assert result["reference_error"] < (1e-3 if shaped else 1e-6), quiet(result)
+
+
+@pytest.mark.slow
+def test_gae_with_a_critic_stays_rewards_only_said_once(cases):
+    """gae with a critic's values: rewards and groups observed, advantages not, one warning naming the critic."""
+    result = cases["default_gae"]
+    assert result["violations"] == [] and result["convention"] is None
+    assert len(result["warnings"]) == 1 and "learned critic" in result["warnings"][0]
+
+
+@pytest.mark.slow
+def test_a_defect_under_the_shipped_default_still_raises(cases):
+    """The default grpo returning advantages one row off their rewards raises out of the dispatcher."""
+    result = cases["default_broken_rolled"]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert "zero_group_mean" in result["invariants"]
+
+
 @pytest.mark.slow
 def test_reinforce_plus_plus_observes_rewards_only(cases):
     """reinforce++ (token whitening of returns, no group baseline) has no entry: rewards only, one warning."""

@@ -200,3 +200,55 @@ def test_two_processes_through_accelerate(tiny_model_path, tmp_path):
     assert (tmp_path / "healthy" / "rank0.jsonl").exists() and not (tmp_path / "healthy" / "rank1.jsonl").exists()
     broken = run_ranks("broken", tmp_path / "broken", timeout=240, worker=worker, args=(tiny_model_path,))
     assert [res["raised"] for res in broken] == [["zero_group_mean"], ["zero_group_mean"]]
+
+
+# ---------------------------------------------------- the shipped default configuration
+#: GRPOConfig fields a CPU test must set (where to write, how long, how many tokens, batch size); every algorithmic
+#: field (beta, scale_rewards, loss_type, num_generations, epsilon, multi_objective_aggregation) keeps TRL's default.
+RUN_ONLY = dict(use_cpu=True, per_device_train_batch_size=16, max_completion_length=8, max_steps=2, logging_steps=1,
+                save_strategy="no", report_to="none", seed=0, disable_tqdm=True, dataloader_num_workers=0)
+
+
+def _default_trainer(model_path: str, out: Path, trainer_cls=None):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tiny_trl import space_reward, tiny_dataset
+
+    args = GRPOConfig(output_dir=str(out), **RUN_ONLY)
+    return (trainer_cls or GRPOTrainer)(model=model_path, reward_funcs=[char_fraction_reward(), space_reward],
+                                        args=args, train_dataset=tiny_dataset(32))
+
+
+def test_shipped_default_config_gets_its_advantages_checked(tiny_model_path, tmp_path):
+    """GRPOConfig's own defaults (trl/trainer/grpo_config.py: beta 0, scale_rewards 'group', 8 generations, two reward
+    functions summed then normalised): every step's advantages are checked against trl.group (not skipped), quietly."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    shipped = {f.name: f.default for f in dataclasses.fields(GRPOConfig)}
+    assert (shipped["beta"], shipped["scale_rewards"], shipped["num_generations"]) == (0.0, "group", 8)
+    trainer = _default_trainer(tiny_model_path, tmp_path / "out")
+    monitor = gtrl.attach(trainer, sinks=[JSONLSink(tmp_path / "grpo.jsonl")])
+    trainer.train()
+    records = read_jsonl(tmp_path / "grpo.jsonl")
+    assert monitor.config.std_convention == "trl.group" and monitor.config.group_size == 8
+    assert [r["step"] for r in records] == [1, 2] and all(r["violations"] == [] for r in records)
+    checked = [r for r in records if r["metrics"]["grpo/groups/effective_prompts"] > 0]
+    assert checked, "the seed should give a group with reward variation"
+    assert all(r["metrics"]["grpo/adv/convention_id"] == ESTIMATORS["trl.group"].id for r in checked)
+
+
+def test_a_defect_under_the_shipped_default_still_raises(tiny_model_path, tmp_path):
+    """Under GRPOConfig's defaults a subclass rescaling TRL's Bessel z-scores to population ones fails train()."""
+    from trl import GRPOTrainer
+
+    class PopulationStd8(PopulationStd, GRPOTrainer):
+        pass
+
+    trainer = _default_trainer(tiny_model_path, tmp_path / "out", PopulationStd8)
+    gtrl.attach(trainer, config=MonitorConfig(repro_dir=str(tmp_path / "repro")), sinks=None)
+    with pytest.raises(InvariantViolation) as info:
+        trainer.train()
+    assert "convention" in {v.invariant for v in info.value.violations}
+    assert trainer.state.global_step == 0

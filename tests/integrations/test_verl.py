@@ -335,3 +335,78 @@ def test_loss_agg_mode_declared_and_driver_weights_derived(mode, tmp_path):
     per_row = row_adv * (torch.ones_like(lengths) if mode == "seq-mean-token-mean" else lengths)
     top = torch.argsort(-lengths, stable=True)[: len(lengths) // 4]
     assert m["grpo/weights/long_quarter_share"] == pytest.approx(float(per_row[top].sum() / per_row.sum()), rel=1e-9)
+
+
+# ---------------------------------------------------- the shipped default configuration
+def shipped_algorithm():
+    """``algorithm`` of verl's generated ``verl/trainer/config/_generated_ppo_trainer.yaml`` (the installed one)."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+    from verl.utils.config import omega_conf_to_dataclass
+
+    path = Path(ray_trainer.__file__).resolve().parents[1] / "config" / "_generated_ppo_trainer.yaml"
+    return omega_conf_to_dataclass(OmegaConf.load(path).algorithm)
+
+
+def _default_call(algo, adv_estimator: str, seed: int = 0, kl_in_reward: bool = False):
+    """``compute_advantage`` as ``RayPPOTrainer.fit`` calls it, every argument from ``algo`` (``apply_kl_penalty``
+    first when the KL goes into the reward)."""
+    data, scores = data_proto(seed=seed, constant={0: 1.0})
+    data.batch["token_level_scores"] = data.batch["token_level_rewards"].clone()
+    if kl_in_reward:
+        kl_ctrl = core_algos.FixedKLController(kl_coef=algo.kl_ctrl.kl_coef)
+        data, _ = ray_trainer.apply_kl_penalty(data, kl_ctrl=kl_ctrl, kl_penalty=algo.kl_penalty)
+    if adv_estimator == "gae":
+        data.batch["values"] = 0.1 * torch.randn(data.batch["response_mask"].shape)
+    out = ray_trainer.compute_advantage(data, adv_estimator=adv_estimator, gamma=algo.gamma, lam=algo.lam,
+                                        num_repeat=1, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+                                        config=algo)
+    return out, scores
+
+
+def test_shipped_default_is_gae_with_a_critic_said_once(attached):
+    """verl's ppo_trainer.yaml defaults to adv_estimator=gae (a learned critic): rewards and groups observed, advantages
+    not, one warning naming the critic over two steps."""
+    algo = shipped_algorithm()
+    assert algo.adv_estimator == "gae" and algo.use_kl_in_reward is False
+    att = attached()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            _default_call(algo, algo.adv_estimator, seed=step)
+    said = [str(w.message) for w in caught if "grpo-monitor" in str(w.message)]
+    assert len(said) == 1 and "learned critic" in said[0]
+    assert att.reports[-1].convention is None and att.reports[-1].violations == []
+
+
+@pytest.mark.parametrize("kl_in_reward", [False, True], ids=["kl-loss", "kl-in-reward"])
+def test_shipped_default_grpo_gets_its_advantages_checked(kl_in_reward, attached):
+    """The yaml's defaults with adv_estimator=grpo (and with use_kl_in_reward, verl's apply_kl_penalty first): the
+    advantages are checked against verl.grpo (not skipped), quiet, on the scores verl normalised."""
+    algo = shipped_algorithm()
+    att = attached()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out, scores = _default_call(algo, "grpo", kl_in_reward=kl_in_reward)
+    report = att.reports[-1]
+    assert [str(w.message) for w in caught if "grpo-monitor" in str(w.message)] == []
+    assert report.convention == "verl.grpo" and report.violations == []
+    assert report.metrics["grpo/adv/convention_id"] == ESTIMATORS["verl.grpo"].id
+    shaped = out.batch["token_level_rewards"].sum(-1)
+    assert bool((shaped - scores).abs().max() > 1e-5) == kl_in_reward, "the KL penalty really entered the scores"
+
+
+def test_a_defect_under_the_shipped_default_still_raises(attached, monkeypatch):
+    """The default grpo returning advantages one row off their rewards raises out of compute_advantage."""
+    real = core_algos.compute_grpo_outcome_advantage
+
+    def rolled(*args, **kwargs):
+        adv, ret = real(*args, **kwargs)
+        return torch.roll(adv, 1, dims=0), ret
+
+    monkeypatch.setattr(core_algos, "compute_grpo_outcome_advantage", rolled)
+    attached()
+    with pytest.raises(InvariantViolation) as info:
+        _default_call(shipped_algorithm(), "grpo")
+    assert {"zero_group_mean", "affine_in_rewards"} & {v.invariant for v in info.value.violations}

@@ -117,7 +117,85 @@ def detach_restores() -> dict:
     return {"patched": patched, "restored": all(c.__dict__["_compute_advantages"] is f for c, f in before.items())}
 
 
+# ------------------------------------------------- the shipped default configuration
+def shipped_defaults() -> dict:
+    """``PPOActorConfig``'s own defaults for what shapes token rewards (areal/api/cli_args.py)."""
+    import dataclasses
+
+    fields = {f.name: f.default for f in dataclasses.fields(PPOActorConfig)}
+    return {k: fields[k] for k in ("kl_ctl", "discount", "gae_lambda", "kl_estimator", "reward_norm", "adv_norm")}
+
+
+def default_actor(name: str, **kw) -> PPOActor:
+    """An actor on the dataclass defaults (kl_ctl 0.1, ...) but the GRPO normalisation ``name`` (NORMS) and ``kw``."""
+    reward_norm, adv_norm = NORMS[name]
+    config = PPOActorConfig(experiment_name="grpo-monitor", trial_name="cases", path="/nonexistent",
+                            reward_norm=reward_norm, adv_norm=adv_norm, **kw)
+    return PPOActor(config, engine=None)
+
+
+def default_healthy(name: str, critic: bool = False, **kw) -> dict:
+    """The default KL penalty (and ``kw``) on AReaL's real code, attached as a user would (nothing declared)."""
+    a = default_actor(name, **kw)
+    data = batch(ref=True)
+    if critic:
+        data["values"] = 0.1 * torch.randn(data["logprobs"].shape, generator=torch.Generator().manual_seed(5))
+    att = gar.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        out = a._compute_advantages(data)
+        result = summary(att)
+    finally:
+        gar.detach()
+    result["defaults"] = shipped_defaults()
+    result["config"] = {"kl_ctl": a.config.kl_ctl, "discount": a.config.discount, "gae_lambda": a.config.gae_lambda}
+    valid = out["loss_mask"] > 0  # how far the KL (and discount) moved the valid tokens off the outcome part
+    result["kl_share"] = float((out["advantages"] - gar.outcome_rows(a.config, out)[:, None])[valid].abs().max())
+    declared = gar.declared_estimator(a.config).estimator
+    if declared in ("bessel", "none", "leave_one_out") and result.get("convention"):
+        rows = (out["rewards"], torch.arange(len(out["rewards"])) // G, gar.outcome_rows(a.config, out))
+        eps = {"eps": a.config.reward_norm.eps} if declared == "bessel" else {}
+        result["reference_error"] = reference_error(declared, *rows, **eps)
+    return result
+
+
+class RolledAdvantages(PPOActor):
+    """A broken subclass: the advantages come back one row off their rewards (a misaligned gather)."""
+
+    def _compute_advantages(self, data):
+        out = super()._compute_advantages(data)
+        out["advantages"] = torch.roll(out["advantages"], 1, dims=0)
+        return out
+
+
+def default_broken(kind: str) -> dict:
+    """A defect under the default KL penalty: the batch's std where the group's is declared, or shuffled rows."""
+    a = default_actor("grpo")
+    if kind == "batch_std":
+        a.reward_norm = Normalization(NormConfig(**{**GROUP, "std_level": "batch"}))
+    if kind == "misaligned":
+        a = RolledAdvantages(a.config, engine=None)
+    data = batch(ref=True)
+    gar.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        a._compute_advantages(data)
+        return {"raised": None}
+    finally:
+        gar.detach()
+
+
+DEFAULT_CASES = {
+    "default_grpo": lambda: default_healthy("grpo"),
+    "default_dr_grpo": lambda: default_healthy("dr_grpo"),
+    "default_group_bessel": lambda: default_healthy("group_bessel"),
+    "default_group_mean_discounted": lambda: default_healthy("group_mean", discount=0.9, gae_lambda=0.95),
+    "default_grpo_discounted": lambda: default_healthy("grpo", discount=0.9),
+    "default_critic": lambda: default_healthy("grpo", critic=True),
+    "default_broken_batch_std": lambda: default_broken("batch_std"),
+    "default_broken_misaligned": lambda: default_broken("misaligned"),
+}
+
 CASES = {
+    **DEFAULT_CASES,
     **{name: (lambda name=name: healthy(name)) for name in NORMS},
     "grpo_scaled": lambda: healthy("grpo", {"reward_scaling": 2.0, "reward_bias": -0.5}, reward_scaling=2.0,
                                    reward_bias=-0.5),

@@ -172,7 +172,95 @@ def user_monitor() -> dict:
         gor.detach()
 
 
+# ------------------------------------------------- the shipped default configuration
+CLI = ("algo.advantage.estimator", "algo.kl.use_loss", "algo.kl.init_coef", "algo.advantage.gamma",
+       "algo.advantage.lambd", "algo.advantage.no_std_norm")
+
+
+def cli_defaults() -> dict:
+    """The defaults OpenRLHF's own CLI declares (``openrlhf/cli/train_ppo_ray.py``, read from its source: the
+    parser is built under ``if __name__ == "__main__"``)."""
+    import ast
+    import importlib.util
+
+    origin = importlib.util.find_spec("openrlhf.cli.train_ppo_ray").origin
+    found = {}
+    for node in ast.walk(ast.parse(open(origin).read())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument" and node.args \
+                and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).lstrip("-") in CLI:
+            default = next((k.value for k in node.keywords if k.arg == "default"), None)
+            found[str(node.args[0].value).lstrip("-")] = ast.literal_eval(default) if default is not None else None
+    return found
+
+
+def token_spread(exps: list, kls: list, kl_coef: float) -> float:
+    """Max over rows of the spread of the outcome part over the row's tokens (0: the KL share fully removed)."""
+    scale = gor.whitening_scale(exps)
+    worst = 0.0
+    for e, k in zip(exps, kls, strict=True):
+        m = e.action_mask.double()
+        out = gor._outcome_part(e.advantages, m, k, kl_coef * scale)
+        hi = torch.where(m > 0, out, -torch.inf).max(-1).values
+        lo = torch.where(m > 0, out, torch.inf).min(-1).values
+        worst = max(worst, float((hi - lo).max()))
+    return worst
+
+
+def default_healthy(estimator: str | None = None) -> dict:
+    """OpenRLHF's CLI defaults (KL in the reward, init_coef 0.01, gamma 1), ``estimator`` or the default one."""
+    d = cli_defaults()
+    est = estimator or d["algo.advantage.estimator"]
+    maker = make_maker(est, use_loss=d["algo.kl.use_loss"], kl_coef=d["algo.kl.init_coef"],
+                       no_std_norm=d["algo.advantage.no_std_norm"])
+    exps = experiences(d["algo.kl.use_loss"])
+    kls = [e.kl for e in exps]
+    att = gor.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        maker.compute_advantages_and_returns(exps)
+        result = summary(att)
+    finally:
+        gor.detach()
+    result["defaults"] = d
+    if result.get("convention"):
+        result["token_spread"] = token_spread(exps, kls, d["algo.kl.init_coef"])
+        result["kl_share"] = token_spread(exps, kls, 0.0)  # the raw token advantages' spread over a row
+        if est not in gor.WHITENED:
+            result["reference_error"] = reference_error(result["convention"], *real_rows(exps, kls,
+                                                                                        d["algo.kl.init_coef"]))
+    return result
+
+
+class RolledAdvantages(Maker):
+    """A broken maker: each micro-batch's advantages come back one row off their rewards."""
+
+    def compute_advantages_and_returns(self, experiences):
+        out = super().compute_advantages_and_returns(experiences)
+        for e in out:
+            e.advantages = torch.roll(e.advantages, 1, dims=0)
+        return out
+
+
+def default_broken(estimator: str, cls: type) -> dict:
+    d = cli_defaults()
+    maker = make_maker(estimator, cls, use_loss=d["algo.kl.use_loss"], kl_coef=d["algo.kl.init_coef"])
+    gor.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        maker.compute_advantages_and_returns(experiences(d["algo.kl.use_loss"]))
+        return {"raised": None}
+    finally:
+        gor.detach()
+
+
+DEFAULT_CASES = {
+    "default_gae": default_healthy,
+    **{f"default_{est}": (lambda est=est: default_healthy(est)) for est in sorted(gor.ESTIMATORS)},
+    "default_broken_population_std": lambda: default_broken("group_norm", PopulationStd),
+    "default_broken_rolled_reinforce_baseline": lambda: default_broken("reinforce_baseline", RolledAdvantages),
+    "default_broken_rolled_group_norm": lambda: default_broken("group_norm", RolledAdvantages),
+}
+
 CASES = {
+    **DEFAULT_CASES,
     **{est: (lambda est=est: healthy(est)) for est in ("group_norm", "rloo", "dr_grpo", "reinforce_baseline")},
     "group_norm_kl_in_reward": lambda: healthy("group_norm", use_loss=False, kl_coef=0.05),
     "dr_grpo_kl_in_reward": lambda: healthy("dr_grpo", use_loss=False, kl_coef=0.05),

@@ -129,7 +129,89 @@ def detach_restores() -> dict:
     return {"patched": patched, "wrapped": wrapped, "restored": restored}
 
 
+# ------------------------------------------------- the shipped default configuration
+def shipped_algorithm():
+    """``trainer.algorithm`` of SkyRL's own ``skyrl_train/config/ppo_base_config.yaml`` (the installed file)."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(importlib.util.find_spec("skyrl_train").origin).parent
+    return OmegaConf.load(root / "config" / "ppo_base_config.yaml").trainer.algorithm
+
+
+def kl_shaped(rewards: torch.Tensor, mask: torch.Tensor, algo, seed: int = 3) -> torch.Tensor:
+    """The token rewards less ``kl_loss_coef`` x SkyRL's ``compute_approx_kl`` (trainer.py::apply_reward_kl_penalty)."""
+    gen = torch.Generator().manual_seed(seed)
+    logp = -torch.rand(rewards.shape, generator=gen)
+    base = logp + 0.3 * torch.randn(rewards.shape, generator=gen)
+    kl = new_utils.compute_approx_kl(logp, base, loss_mask=mask, kl_estimator_type=algo.kl_estimator_type)
+    return rewards - kl * max(0.0, float(algo.kl_loss_coef))
+
+
+def default_call(algo, seed: int = 0, values: bool = False):
+    """The dispatcher as RayPPOTrainer.compute_advantages_and_returns calls it, every argument from ``algo``."""
+    rewards, mask, uid = batch(seed)
+    if algo.use_kl_in_reward:
+        rewards = kl_shaped(rewards, mask, algo)
+    adv, _ = new_utils.compute_advantages_and_returns(
+        token_level_rewards=rewards, response_mask=mask, index=uid, adv_estimator=algo.advantage_estimator,
+        config=algo, values=0.1 * torch.randn(mask.shape) if values else None, gamma=algo.gamma, lambd=algo.lambd,
+        grpo_norm_by_std=algo.grpo_norm_by_std)
+    real = ~np.char.startswith(uid.astype(str), "pad")
+    return rewards[real].sum(-1), uid[real], row_advantages(adv[real], mask[real]), mask[real].sum(-1)
+
+
+def default_healthy(**overrides) -> dict:
+    algo = shipped_algorithm()
+    shipped = {k: algo[k] for k in ("advantage_estimator", "use_kl_in_reward", "use_kl_loss", "kl_loss_coef",
+                                    "gamma", "lambd", "grpo_norm_by_std")}
+    for key, value in overrides.items():
+        algo[key] = value
+    att = gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        rows = default_call(algo, values=algo.advantage_estimator == "gae")
+        result = summary(att)
+    finally:
+        gsk.detach()
+    result["shipped"] = shipped
+    if result.get("convention"):
+        result["reference_error"] = reference_error(result["convention"], *rows)
+        result["kl_in_rewards"] = float((rows[0] - rows[0].round()).abs().max())  # scores 0/1 without the KL
+    return result
+
+
+def default_broken() -> dict:
+    """SkyRL's default ``grpo`` registered back with its advantages one row off their rewards."""
+    registry = new_utils.AdvantageEstimatorRegistry
+    real = registry.get("grpo")
+
+    def rolled_grpo(token_level_rewards, response_mask, index, **kwargs):
+        adv, ret = real(token_level_rewards, response_mask, index, **kwargs)
+        return torch.roll(adv, 1, dims=0), ret
+
+    registry.unregister("grpo")
+    registry.register("grpo", rolled_grpo)
+    gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        default_call(shipped_algorithm())
+        return {"raised": None}
+    finally:
+        gsk.detach()
+        registry.unregister("grpo")
+        registry.register("grpo", real)
+
+
+DEFAULT_CASES = {
+    "default_grpo": default_healthy,
+    "default_grpo_kl_in_reward": lambda: default_healthy(use_kl_in_reward=True, use_kl_loss=False),
+    "default_rloo_kl_in_reward": lambda: default_healthy(advantage_estimator="rloo", use_kl_in_reward=True,
+                                                         use_kl_loss=False),
+    "default_gae": lambda: default_healthy(advantage_estimator="gae"),
+    "default_broken_rolled": default_broken,
+}
+
 CASES = {
+    **DEFAULT_CASES,
     **{f"{pkg}-grpo": (lambda pkg=pkg: healthy(pkg, "grpo")) for pkg in PACKAGES},
     **{f"{pkg}-grpo_no_std": (lambda pkg=pkg: healthy(pkg, "grpo", norm=False)) for pkg in PACKAGES},
     **{f"{pkg}-rloo": (lambda pkg=pkg: healthy(pkg, "rloo")) for pkg in PACKAGES},
