@@ -107,3 +107,43 @@ def _falling_groups(r: np.ndarray, inv: np.ndarray, a: np.ndarray, live: np.ndar
         if len(levels) > 1 and bool((lo[1:] < below - tol).any()):
             out.append(int(inv[rows[0]]))
     return out
+
+
+def own_weighted_baseline(rewards: np.ndarray, gid: np.ndarray, adv: np.ndarray, *, tol: float) -> bool:
+    """Whether ``adv`` reads as ``k_g (r - b_g)`` with each live group's baseline ``b_g`` inside the range of
+    its own rewards (a weighted mean of them), constant groups at 0, and the group means of ``adv`` not one
+    common shift: the shape of a baseline weighted within the group (verl's OPO, by token counts) seen
+    without the weights. A uniform shift (one common offset, constant groups included) is not this shape.
+
+    ``tol`` is a fraction of the typical |advantage| (median over rows of live groups).
+
+    >>> r = np.array([0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 2.0, 2.0]); g = np.repeat([0, 1, 2], [3, 3, 2])
+    >>> b = np.array([0.8, 0.8, 0.8, 0.25, 0.25, 0.25, 2.0, 2.0])  # per-group baselines inside the range
+    >>> own_weighted_baseline(r, g, r - b, tol=1e-3), own_weighted_baseline(r, g, r - r.mean() + 0.1, tol=1e-3)
+    (True, False)
+    """
+    lay = layout(rewards, gid)
+    st = group_stats(lay, rewards)
+    live = lay.valid & ~st.degenerate[lay.inv] & (st.n[lay.inv] >= 2)
+    vals = np.abs(adv[live])
+    typ = float(np.median(vals)) if len(vals) else 0.0
+    if not len(vals) or not typ > 0:
+        return False
+    const = lay.valid & st.degenerate[lay.inv]
+    if bool((np.abs(adv[const]) > tol * typ).any()):
+        return False
+    means = []
+    for g in np.unique(lay.inv[live]):
+        rows = live & (lay.inv == g)
+        r, a = rewards[rows], adv[rows]
+        rc, ac = r - r.mean(), a - a.mean()
+        k = float(rc @ ac) / float(rc @ rc)
+        if not k > 0 or float(np.abs(ac - k * rc).max()) > tol * typ:
+            return False
+        baseline = r.mean() - a.mean() / k
+        span = tol * (r.max() - r.min())
+        if not r.min() - span <= baseline <= r.max() + span:
+            return False
+        means.append(a.mean())
+    return len(means) > 1 and float(np.ptp(means)) > tol * typ
+

@@ -201,3 +201,51 @@ def test_a_shift_that_leaves_every_advantage_positive_is_no_whitening():
     mon.observe_rollout(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), advantages=torch.tensor([[2.0, 1.0], [1.0, 2.0]]))
     report = mon.end_step()
     assert [(v.invariant, v.severity) for v in report.violations] == [("zero_group_mean", "error")]
+
+
+# ------------------------------------------------------------ a within-group weighted baseline, no lengths
+def _auto_without_lengths(r: np.ndarray, a: np.ndarray, tmp_path=None) -> list:
+    mon = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mon.observe_rollout(torch.from_numpy(r), advantages=torch.from_numpy(a))
+        return list(mon.end_step().violations)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_length_weighted_baseline_without_lengths_only_warns(kind):
+    """verl's OPO (baseline sum(l r) / sum(l), written out here) under "auto" without lengths= is no bug the
+    monitor can name: an unknown_estimator warning that says to pass lengths=, never an error."""
+    rng = np.random.default_rng(7)
+    r = _rewards(kind, rng, (B, G))
+    lengths = rng.integers(20, 400, size=(B, G)).astype(np.float64)
+    a = (r - (lengths * r).sum(1, keepdims=True) / lengths.sum(1, keepdims=True)).astype(np.float32)
+    found = _auto_without_lengths(r, a.astype(np.float64))
+    assert [(v.invariant, v.severity) for v in found] == [("unknown_estimator", "warning")]
+    assert "lengths=" in found[0].message()
+
+
+def _other_groups_baseline(r):  # each group centred on the next group's mean (a misrouted baseline)
+    return r - np.roll(r.mean(1, keepdims=True), 1, axis=0)
+
+
+def _baseline_outside_the_group(r):  # a per-group baseline above every reward of the group
+    spread = r.max(1, keepdims=True) - r.min(1, keepdims=True)
+    return r - (r.max(1, keepdims=True) + spread * np.linspace(0.5, 1.5, len(r))[:, None])
+
+
+def _shift_without_constant_groups(r):
+    return r - r.mean(1, keepdims=True) + 0.1
+
+
+@pytest.mark.parametrize("bug", [_other_groups_baseline, _baseline_outside_the_group, _shift_without_constant_groups])
+def test_per_group_offsets_no_weighted_baseline_gives_stay_errors(bug):
+    """Offsets that no positive weighting of a group's own rewards gives (a baseline from another group, one
+    outside the group's rewards, one common shift) stay errors under "auto" without lengths."""
+    rng = np.random.default_rng(8)
+    r = rng.random((B, G))
+    if bug is not _shift_without_constant_groups:
+        r[-1] = 0.4  # one constant group
+    a = bug(r).astype(np.float32).astype(np.float64)
+    found = _auto_without_lengths(r, a)
+    assert any(v.severity == "error" for v in found), [v.invariant for v in found]
