@@ -18,10 +18,9 @@ G = 8
 #: Entries whose own arithmetic breaks an invariant on some probe: AReaL clips rewards to +-20, so the offset
 #: (rewards ~100) and 1e4-scale probes are constant or clipped; both the audit and the live API say so.
 BY_DESIGN = {"areal.grpo", "areal.dr_grpo"}
-#: Where they still differ: skyrl.maxrl divides by the group mean, so on standard-normal probes (negative means)
-#: its slope turns negative. The audit, having matched the entry, calls that the entry's own behaviour outside
-#: its reward domain (a warning); the live API reports the affine_in_rewards breach (an error).
-KNOWN_DIVERGENCE = {"skyrl.maxrl"}
+#: skyrl.maxrl divides by the group mean: on the standard-normal probes (negative means) its slope turns
+#: negative, a run that trains against its reward. Both the audit and the live API call that an error.
+OUTSIDE_DOMAIN = {"skyrl.maxrl"}
 ENTRIES = [n for n, e in ESTIMATORS.items() if not e.multi_reward and e.singleton != "error"]
 
 
@@ -66,8 +65,8 @@ def test_audit_and_live_api_agree(name):
     result = audit(fn, G, lengths=token_counts)
     errors = live_errors(fn, token_counts)
     agree = (result.verdict in ("ok", "consistent")) == (not errors)
-    assert agree != (name in KNOWN_DIVERGENCE), (result.verdict, result.causes, errors)
-    if name not in BY_DESIGN:
+    assert agree, (result.verdict, result.causes, errors)
+    if name not in BY_DESIGN | OUTSIDE_DOMAIN:
         assert result.verdict in ("ok", "consistent"), [v for v in result.violations if v["severity"] == "error"]
 
 

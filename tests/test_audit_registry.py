@@ -17,6 +17,9 @@ from grpo_monitor.cli import main
 from grpo_monitor.estimators import ESTIMATORS
 
 SINGLE = [name for name, est in ESTIMATORS.items() if not est.multi_reward]
+#: Entries whose promises hold on a reward domain the standard-normal probes leave: the audit names them and
+#: calls the run broken there, as the live monitor does (skyrl.maxrl divides by the group mean).
+DOMAIN = {name for name, est in ESTIMATORS.items() if est.reward_domain != "real"}
 
 #: Every single-reward registry entry as a float32 torch function ``rewards (B, G) -> advantages (B, G)``.
 WRAPPED = textwrap.dedent('''
@@ -129,7 +132,8 @@ def test_every_shipped_estimator_in_float32_exits_0_and_is_named(wrapped_file, c
     """Each registry entry, its result cast to float32, is sound (exit 0), among the entries it matches, and
     fits when expected by name."""
     code, out = _audit_json(f"{wrapped_file}:{name.replace('.', '__')}", capsys, "--expect", name)
-    assert (code, out["verdict"], out["exit_code"]) == (0, "ok", 0), [
+    ok = (1, "broken", 1) if name in DOMAIN else (0, "ok", 0)
+    assert (code, out["verdict"], out["exit_code"]) == ok, [
         (v["invariant"], v["probe"], v["dtype"], v["hint"]) for v in out["violations"] if v["severity"] == "error"]
     assert name in out["matches"] and out["inferred"] == out["matches"][0]
     assert out["match"]["name"] == out["inferred"] and out["match"]["text"].startswith(f"{out['inferred']}: ")
@@ -141,26 +145,35 @@ def test_every_shipped_estimator_in_float32_exits_0_and_is_named(wrapped_file, c
 def test_other_group_sizes(wrapped_file, capsys, name, G):
     """The verdict holds at other group sizes (the offset probe shrinks with G to stay resolved in float32)."""
     code, out = _audit_json(f"{wrapped_file}:{name.replace('.', '__')}", capsys, "-G", str(G))
-    assert (code, out["group_size"]) == (0, G) and name in out["matches"]
+    assert (code, out["group_size"]) == (int(name in DOMAIN), G) and name in out["matches"]
 
 
 @pytest.mark.parametrize("name", ["verl.grpo", "trl.group", "openrlhf.group_norm", "areal.grpo", "skyrl.maxrl"])
 def test_entry_with_its_own_stabilizer_is_named_first(wrapped_file, capsys, name):
     """The fitted stabilizer picks the entry: verl.grpo (1e-6) and trl.group (1e-4) are not just "bessel"."""
     code, out = _audit_json(f"{wrapped_file}:{name.replace('.', '__')}", capsys)
-    assert code == 0 and out["inferred"] == name
+    assert code == int(name in DOMAIN) and out["inferred"] == name
     eps = ESTIMATORS[name].params["eps"]
     assert out["match"]["params"]["eps"] == pytest.approx(eps, rel=1e-2)
 
 
 def test_by_design_breaches_of_the_matched_entry_are_warnings(wrapped_file, capsys):
-    """MaxRL on negative rewards and AReaL's reward clip break affinity by design: warnings naming the entry."""
-    for name, probe in (("skyrl.maxrl", "continuous"), ("areal.grpo", "offset")):
-        code, out = _audit_json(f"{wrapped_file}:{name.replace('.', '__')}", capsys)
-        found = [v for v in out["violations"] if v["probe"] == probe and v["invariant"] == "affine_in_rewards"]
-        assert code == 0 and all(v["severity"] == "warning" and name in v["hint"] for v in found)
-        assert found or name == "areal.grpo"  # all clipped to one value: "auto" can only call it unknown (a warning)
-        assert not [v for v in out["violations"] if v["probe"] == probe and v["severity"] == "error"]
+    """AReaL's reward clip breaks affinity by design: warnings naming the entry."""
+    code, out = _audit_json(f"{wrapped_file}:areal__grpo", capsys)
+    found = [v for v in out["violations"] if v["probe"] == "offset" and v["invariant"] == "affine_in_rewards"]
+    assert code == 0 and all(v["severity"] == "warning" and "areal.grpo" in v["hint"] for v in found)
+    assert not [v for v in out["violations"] if v["probe"] == "offset" and v["severity"] == "error"]
+
+
+def test_outside_its_reward_domain_the_matched_entry_is_broken_and_named(wrapped_file, capsys):
+    """MaxRL on negative rewards trains against the reward (slope < 0): an error, as the live monitor raises, whose
+    hint names the entry and its domain; the nonnegative probes (0/1 rewards) stay clean."""
+    code, out = _audit_json(f"{wrapped_file}:skyrl__maxrl", capsys)
+    errors = [v for v in out["violations"] if v["severity"] == "error"]
+    assert (code, out["inferred"]) == (1, "skyrl.maxrl") and errors
+    assert all(v["invariant"] == "affine_in_rewards" and "skyrl.maxrl" in v["hint"] and "nonnegative" in v["hint"]
+               for v in errors)
+    assert not [v for v in out["violations"] if v["probe"] == "binary"]
 
 
 @pytest.mark.parametrize("name", list(REAL))

@@ -118,9 +118,11 @@ def load_function(spec: str) -> AdvantageFn:
 
 # -------------------------------------------------------------------- severities
 def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str, Probe], runs64: dict, G: int,
-                     components: int | None = None) -> None:
+                     components: int | None = None) -> dict[int, str]:
     """Warnings, not errors: what the matched entry's own output breaks on a probe the function reproduces it on
-    (a reward clip, a reward domain, verl's one-row groups)."""
+    (a reward clip, verl's one-row groups). Outside the entry's reward domain they stay errors, as the live
+    monitor has them, with the entry named: those hints, by ``id`` of the violation (no other cause applies)."""
+    named: dict[int, str] = {}
     est = get(match.name)
     by_probe = {(p.name, p.dtype): p for p in results}
     for name, probe in batches.items():
@@ -137,11 +139,22 @@ def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str
         if probes.relative(runs64[name][1].reshape(-1), ref) > registry.MATCH_TOL:
             continue
         shown = errors & {v.invariant for v in probes.monitor_report(r, ref.view_as(r), G, None, components).violations}
-        hint = f"{match.name} itself does this on these rewards ({est.description}): not a bug of the function"
-        if est.reward_domain != "real":
-            hint += f"; its promises hold for {est.reward_domain} rewards"
+        if _outside_domain(est.reward_domain, r):  # the live monitor stops such a run: so does the audit
+            hint = (f"{match.name} itself does this on rewards outside its {est.reward_domain} domain "
+                    f"({est.description}): a run with such rewards trains against its reward")
+            severity = "error"
+        else:
+            hint = f"{match.name} itself does this on these rewards ({est.description}): not a bug of the function"
+            severity = "warning"
         for v in (v for d in DTYPES for v in by_probe[(name, d)].violations if v["invariant"] in shown):
-            v.update(severity="warning", hint=hint)
+            v.update(severity=severity, hint=hint)
+            named.update({id(v): hint} if severity == "error" else {})
+    return named
+
+
+def _outside_domain(domain: str, rewards: torch.Tensor) -> bool:
+    """Whether a probe's rewards leave an entry's reward domain ("real" or "nonnegative")."""
+    return domain == "nonnegative" and bool((torch.nan_to_num(rewards, nan=0.0) < 0).any())
 
 
 def judge_rounding(fn: AdvantageFn, results: list[ProbeResult], runs: dict[str, dict], batches: dict[str, Probe]
@@ -278,8 +291,7 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     runs64 = {k: (r, a.to(torch.float64)) for k, (r, a) in runs["float64"].items()}
     rows = registry.replay_rows(runs64, components=components)
     matches = registry.registry_matches(rows)
-    if matches:
-        excuse_by_design(results, matches[0], batches, runs64, G, components)
+    named = excuse_by_design(results, matches[0], batches, runs64, G, components) if matches else {}
     judge_rounding(fn, results, runs, batches)
     violations = [v for p in results for v in p.violations if _counts(p.name, v["invariant"], nan_by_dtype[p.dtype])]
     violations += [_raised(p) for p in results if p.error and p.name != "nan_rows"]
@@ -289,7 +301,7 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     structural = (structural_causes(checks["equivariant"], checks["batch_independent"],
                                     (rows, registry.replay_rows(runs64, sign=-1.0, components=components)),
                                     descriptions) if errors else {})
-    causes = apply_causes(violations, structural, nan_rows)
+    causes = apply_causes([v for v in violations if id(v) not in named], structural, nan_rows)
     fits = None if expect == "auto" else registry.expected_fits(expect, rows)
     if fits is False:
         _expect_violation(expect, matches, violations)
