@@ -10,15 +10,16 @@ Rows are grouped by ``index`` (the ``uid`` of each prompt), rewards are
 advantages over ``response_mask``. The rows SkyRL appends to fill its data-parallel
 shards (``uid`` ``"pad0"``, ``"pad1"``, ... each alone in its group) are left out.
 
-=========================================  ==========================
-``adv_estimator`` (``grpo_norm_by_std``)   registry entry
-=========================================  ==========================
-``grpo`` (True, the default)               ``skyrl.grpo`` (Bessel + ``epsilon`` 1e-6)
-``grpo`` (False)                           ``verl.grpo_no_std`` (the same code: r - mean)
-``rloo``                                   ``leave_one_out``
-``maxrl`` (skyrl)                          ``skyrl.maxrl``
-``reinforce++``, ``gae``, custom           none: rewards and groups only
-=========================================  ==========================
+==========================================  ===============================================
+``adv_estimator`` (``grpo_norm_by_std``)    registry entry
+==========================================  ===============================================
+``grpo`` (True, the default)                ``skyrl.grpo`` (Bessel + ``epsilon`` 1e-6)
+``grpo`` (False)                            ``verl.grpo_no_std`` (the same code: r - mean)
+``rloo``                                    ``leave_one_out``
+``maxrl`` (skyrl)                           ``skyrl.maxrl``
+``reinforce++`` (gamma 1, outcome reward)   ``skyrl.reinforce_plus_plus`` (no padding rows)
+``reinforce++`` otherwise, ``gae``, custom  none: rewards and groups only
+==========================================  ===============================================
 
 ``advantage_batch_normalize`` is applied by the trainer after the dispatcher returns; the
 advantages observed are the estimator's. With ``use_kl_in_reward`` (off in SkyRL's
@@ -87,13 +88,20 @@ def allow_python311() -> bool:
     return True
 
 
-def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilon: float | None = None) -> Declared:
+def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilon: float | None = None, *,
+                       gamma: float = 1.0, outcome_only: bool = True, padded: bool = False) -> Declared:
     """The registry entry of one SkyRL dispatcher call.
+
+    ``gamma``, ``outcome_only`` (every token reward but the last valid one is 0) and ``padded``
+    (the call holds SkyRL's data-parallel padding rows) decide whether ``reinforce++``'s batch
+    whitening of the returns is one the registry replays (:func:`reinforce_plus_plus`).
 
     >>> declared_estimator("grpo").estimator, declared_estimator("grpo", False).estimator
     ('skyrl.grpo', 'verl.grpo_no_std')
     """
     name = str(getattr(adv_estimator, "value", adv_estimator))
+    if name == "reinforce++":
+        return reinforce_plus_plus(gamma, outcome_only, padded)
     eps = None if epsilon is None or float(epsilon) == DEFAULT_EPSILON else float(epsilon)
     if name == "grpo":
         return Declared("skyrl.grpo", stabilizer=eps) if grpo_norm_by_std else Declared("verl.grpo_no_std")
@@ -103,6 +111,37 @@ def declared_estimator(adv_estimator: Any, grpo_norm_by_std: bool = True, epsilo
         return Declared(None, note="SkyRL's 'gae' reads a learned critic's values, which no registry entry holds: its "
                                    "advantages are not group-relative")
     return Declared(None, note=f"SkyRL's advantage estimator {name!r} is not group-relative or not in the registry")
+
+
+def reinforce_plus_plus(gamma: float, outcome_only: bool, padded: bool) -> Declared:
+    """SkyRL's ``reinforce++``: the returns whitened over the batch's tokens, no group baseline.
+
+    With ``gamma`` 1 and the reward on the last token only, a row's return is its reward on every
+    token, so the advantages are ``skyrl.reinforce_plus_plus`` of the rewards, weighted by token
+    counts. A discount, a reward on every token (``use_kl_in_reward``) or padding rows (SkyRL
+    whitens over them too, and the monitor leaves them out) give advantages no entry holds.
+
+    >>> reinforce_plus_plus(1.0, True, False).estimator, reinforce_plus_plus(0.99, True, False).estimator
+    ('skyrl.reinforce_plus_plus', None)
+    """
+    why = ("gamma < 1 discounts each row's return over its tokens" if float(gamma) != 1.0 else
+           "a reward on every token (e.g. use_kl_in_reward) gives each token its own return" if not outcome_only else
+           "SkyRL whitens over its data-parallel padding rows too, which the monitor leaves out" if padded else "")
+    if why:
+        return Declared(None, note=f"SkyRL's 'reinforce++' whitens returns over the batch, and here {why}: no "
+                                   "registry entry holds these advantages")
+    return Declared("skyrl.reinforce_plus_plus")
+
+
+def outcome_only(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> bool:
+    """Whether every token reward but each row's last valid one is 0 (an outcome reward, no per-token term).
+
+    >>> outcome_only(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[1, 1, 0]]))
+    True
+    """
+    valid = response_mask.bool()
+    last = valid & (valid.cumsum(-1) == valid.sum(-1, keepdim=True))
+    return not bool((token_level_rewards.masked_fill(last, 0.0) != 0).any())
 
 
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
@@ -183,7 +222,10 @@ def _capturer(signature: inspect.Signature):
     def capture(*args: Any, **kwargs: Any) -> Call:
         bound = signature.bind_partial(*args, **kwargs).arguments
         extra = bound.get("kwargs", {})
-        declared = declared_estimator(bound["adv_estimator"], bound.get("grpo_norm_by_std", True), extra.get("epsilon"))
+        rewards, mask = bound["token_level_rewards"], bound["response_mask"]
+        declared = declared_estimator(bound["adv_estimator"], bound.get("grpo_norm_by_std", True), extra.get("epsilon"),
+                                      gamma=bound.get("gamma", 1.0), outcome_only=outcome_only(rewards, mask),
+                                      padded=not _real_rows(bound["index"]).all())
         declared = with_trackers(declared, trainer_setting(("cfg", "trainer")))
         return Call(declared, {"rewards": bound["token_level_rewards"], "mask": bound["response_mask"],
                                "index": bound["index"], "sampler": _sampler_capture(bound["response_mask"])})

@@ -31,13 +31,13 @@ _SEVERITY = """
 
 The rollout invariants apply only where the step's estimator promises them (declared with
 `MonitorConfig(std_convention=NAME)`, or found by `"auto"`, which names the estimator in
-`StepReport.convention` and `grpo/adv/convention_id`, its index below). `finite` and
+`StepReport.convention` and `grpo/adv/convention_id`, its stable id below). `finite` and
 `group_size` always apply. Estimators marked *device* are checked by the per-group affine
 fit on the device; the others by exact replay of the float64 reference on the host
 (`lengths=` lets token-whitening ones replay exactly; without it their unknown offset and
 scale are fitted).
 
-| # | estimator | formula | defaults | promises | checked | source |
+| id | estimator | formula | defaults | promises | checked | source |
 |---|---|---|---|---|---|---|
 """
 
@@ -58,10 +58,10 @@ def render_markdown() -> str:
     rows = [f"| `{i.name}` | {_cell(i.statement)} | {f'`{i.tolerance}`' if i.tolerance else 'exact'} | "
             f"{i.severity} | {_cell(i.hint)} |" for i in INVARIANTS.values()]
     est_rows = []
-    for n, (name, est) in enumerate(ESTIMATORS.items()):
+    for name, est in ESTIMATORS.items():
         params = ", ".join(f"{k}={v!r}" for k, v in est.params.items()) or "-"
         promises = ", ".join(sorted(est.promises))
         how = "device" if classic_of(est) is not None else "replay"
-        est_rows.append(f"| {n} | `{name}` | {_cell(est.description)} | {_cell(params)} | {promises} | {how} | "
+        est_rows.append(f"| {est.id} | `{name}` | {_cell(est.description)} | {_cell(params)} | {promises} | {how} | "
                         f"{_cell(est.source)} |")
     return (_HEADER + "\n".join(rows) + "\n" + _SEVERITY.format(rule=RESIDUE_RULE) + "\n".join(est_rows) + "\n")

@@ -178,6 +178,14 @@ SKYRL_ENTRIES = (
         f"skyrl/backends/skyrl_train/utils/ppo_utils.py::compute_maxrl_advantage @ {SKYRL}",
         "(r - mean_g) / (mean_g + 1e-6): affine with k = 1/(mean_g + eps) > 0 for rewards >= 0; "
         "a one-row group keeps r", singleton="raw", reward_domain="nonnegative"),
+    Estimator(
+        "skyrl.reinforce_plus_plus", t.whitened_rewards,
+        {"ddof": 1, "eps": 1e-8, "stabilizer": "add_var", "count_eps": 0.0}, WHITENED,
+        f"skyrl/backends/skyrl_train/utils/ppo_utils.py::compute_reinforce_plus_plus_outcome_advantage "
+        f"(masked_whiten) @ {SKYRL}",
+        "token whitening of the returns, no group baseline: (r - mu) * rsqrt(var + 1e-8), var Bessel over "
+        "tokens, mu = sum(w r) / max(sum w, 1) (gamma 1, reward on the last token)",
+        singleton="raw", eps_power=2, token_weighted=True),
 )
 
 OPEN_INSTRUCT_ENTRIES = (

@@ -34,6 +34,19 @@ def length_weighted(rewards: np.ndarray, gid: np.ndarray, *, lengths: np.ndarray
     return np.where(lay.valid, a, 0.0)
 
 
+def whitened_rewards(rewards: np.ndarray, gid: np.ndarray, *, lengths: np.ndarray | None = None, ddof: int = 1,
+                     eps: float = 1e-8, stabilizer: str = "add_var", count_eps: float = 0.0) -> np.ndarray:
+    """The rewards themselves whitened over tokens, no group baseline (REINFORCE++): ``(r - mu) / sqrt(var + eps)``
+    with rows weighted by ``lengths`` (a row's return is its reward on every token when the reward sits on the
+    last token and nothing discounts it); ``gid`` only places NaN rows.
+
+    >>> whitened_rewards(np.array([1.0, 0.0, 1.0, 1.0]), np.array([0, 0, 1, 1]), lengths=np.ones(4), eps=0.0).tolist()
+    [0.5, -1.5, 0.5, 0.5]
+    """
+    w = np.ones(len(rewards)) if lengths is None else np.asarray(lengths, dtype=np.float64)
+    return whiten(rewards, w, ddof=ddof, eps=eps, stabilizer=stabilizer, count_eps=count_eps)
+
+
 def batch_mean(rewards: np.ndarray, gid: np.ndarray, *, scale: str = "none", ddof: int = 1,
                eps: float = 1e-6) -> np.ndarray:
     """``r - mean of the batch``, divided by the batch std + eps when ``scale="batch"`` (ROLL's

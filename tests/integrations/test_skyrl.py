@@ -19,6 +19,7 @@ HEALTHY = {  # case -> the registry entry the call declares
     "skyrl-grpo_epsilon": "skyrl.grpo",
     "skyrl-maxrl": "skyrl.maxrl",
     "skyrl-maxrl_epsilon": "skyrl.maxrl",
+    **{f"{p}-reinforce++_unpadded": "skyrl.reinforce_plus_plus" for p in PACKAGES},
 }
 
 
@@ -27,7 +28,7 @@ HEALTHY = {  # case -> the registry entry the call declares
     ("grpo", True, 1e-3, ("skyrl.grpo", 1e-3)), ("grpo", False, None, ("verl.grpo_no_std", None)),
     ("rloo", True, None, ("leave_one_out", None)), ("maxrl", True, None, ("skyrl.maxrl", None)),
     ("maxrl", True, 1e-3, ("skyrl.maxrl", 1e-3)),
-    ("reinforce++", True, None, (None, None)), ("gae", True, None, (None, None)),
+    ("reinforce++", True, None, ("skyrl.reinforce_plus_plus", None)), ("gae", True, None, (None, None)),
 ], ids=["grpo", "grpo-eps-default", "grpo-eps-1e-3", "grpo-no-std", "rloo", "maxrl", "maxrl-eps-1e-3", "reinforce++",
      "gae"])
 def test_declared_estimator(estimator, norm, epsilon, expected):
@@ -105,12 +106,22 @@ def test_a_defect_under_the_shipped_default_still_raises(cases):
 
 
 @pytest.mark.slow
-def test_reinforce_plus_plus_observes_rewards_only(cases):
-    """reinforce++ (token whitening of returns, no group baseline) has no entry: rewards only, one warning."""
-    result = cases["skyrl-reinforce++"]
+@pytest.mark.parametrize("case, why", [("skyrl-reinforce++", "padding rows"), ("reinforce++_discounted", "gamma < 1")])
+def test_reinforce_plus_plus_off_its_entry_observes_rewards_only(case, why, cases):
+    """reinforce++ whitens the returns over the whole batch: with SkyRL's padding rows in it, or a discount, no
+    entry holds the advantages: rewards only, one warning saying why."""
+    result = cases[case]
     assert result["violations"] == [] and result["convention"] is None
     assert result["metrics"]["grpo/groups/total"] == 4
-    assert len(result["warnings"]) == 1 and "'reinforce++'" in result["warnings"][0]
+    assert len(result["warnings"]) == 1 and "'reinforce++'" in result["warnings"][0] and why in result["warnings"][0]
+
+
+@pytest.mark.slow
+def test_reinforce_plus_plus_rows_off_their_rewards_raise(cases):
+    """SkyRL's real reinforce++ with its advantages one row off their rewards raises out of the dispatcher."""
+    result = cases["reinforce++_broken"]
+    assert result["raised"] == "InvariantViolation", quiet(result)
+    assert {"convention", "affine_in_rewards"} & set(result["invariants"])
 
 
 @pytest.mark.slow

@@ -36,24 +36,24 @@ def batch(seed: int = 0, pad: int = 1):
     return rewards, mask, np.concatenate([uid, np.array([f"pad{i}" for i in range(pad)], dtype=object)])
 
 
-def call(utils, estimator: str, norm: bool = True, seed: int = 0, **kwargs):
-    rewards, mask, uid = batch(seed)
+def call(utils, estimator: str, norm: bool = True, seed: int = 0, pad: int = 1, gamma: float = 1.0, **kwargs):
+    rewards, mask, uid = batch(seed, pad)
     adv, _ = utils.compute_advantages_and_returns(
         token_level_rewards=rewards, response_mask=mask, index=uid, adv_estimator=estimator,
         config=OmegaConf.create({"advantage_estimator": estimator}), values=None, grpo_norm_by_std=norm,
-        gamma=1.0, lambd=1.0, **kwargs)
+        gamma=gamma, lambd=1.0, **kwargs)
     real = ~np.char.startswith(uid.astype(str), "pad")
     return rewards[real].sum(-1), uid[real], row_advantages(adv[real], mask[real]), mask[real].sum(-1)
 
 
-def healthy(package: str, estimator: str, norm: bool = True, **kwargs) -> dict:
+def healthy(package: str, estimator: str, norm: bool = True, pad: int = 1, gamma: float = 1.0, **kwargs) -> dict:
     att = gsk.attach(config=MonitorConfig(**config_kwargs()))
     try:
-        rows = call(PACKAGES[package], estimator, norm, **kwargs)
+        rows = call(PACKAGES[package], estimator, norm, pad=pad, gamma=gamma, **kwargs)
         result = summary(att)
     finally:
         gsk.detach()
-    declared = gsk.declared_estimator(estimator, norm, kwargs.get("epsilon")).estimator
+    declared = gsk.declared_estimator(estimator, norm, kwargs.get("epsilon"), gamma=gamma, padded=pad > 0).estimator
     if declared is not None:
         params = {"eps": kwargs["epsilon"]} if "epsilon" in kwargs else {}
         result["reference_error"] = reference_error(declared, *rows, **params)
@@ -82,6 +82,27 @@ def broken_batch_std(package: str) -> dict:
         gsk.detach()
         registry.unregister("grpo")
         registry.register("grpo", real)
+
+
+def broken_reinforce_plus_plus() -> dict:
+    """A "reinforce++" registered in SkyRL's registry whose advantages come back one row off their rewards."""
+    registry = new_utils.AdvantageEstimatorRegistry
+    real = registry.get("reinforce++")
+
+    def rolled(token_level_rewards, response_mask, **kwargs):
+        adv, ret = real(token_level_rewards, response_mask, **kwargs)
+        return adv.roll(1, 0) * response_mask, ret
+
+    registry.unregister("reinforce++")
+    registry.register("reinforce++", rolled)
+    gsk.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        call(new_utils, "reinforce++", pad=0)
+        return {"raised": None}
+    finally:
+        gsk.detach()
+        registry.unregister("reinforce++")
+        registry.register("reinforce++", real)
 
 
 def my_estimator(variant: str) -> dict:
@@ -219,6 +240,9 @@ CASES = {
     "skyrl-maxrl": lambda: healthy("skyrl", "maxrl"),
     "skyrl-maxrl_epsilon": lambda: healthy("skyrl", "maxrl", epsilon=1e-3),
     "skyrl-reinforce++": lambda: healthy("skyrl", "reinforce++"),
+    **{f"{pkg}-reinforce++_unpadded": (lambda pkg=pkg: healthy(pkg, "reinforce++", pad=0)) for pkg in PACKAGES},
+    "reinforce++_discounted": lambda: healthy("skyrl", "reinforce++", pad=0, gamma=0.9),
+    "reinforce++_broken": broken_reinforce_plus_plus,
     **{f"{pkg}-broken_batch_std": (lambda pkg=pkg: broken_batch_std(pkg)) for pkg in PACKAGES},
     "estimator_changes": estimator_changes,
     **{f"mine-{v}": (lambda v=v: my_estimator(v)) for v in ("healthy", "misaligned", "wrong_slice",
