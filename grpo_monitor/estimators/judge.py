@@ -32,7 +32,7 @@ from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
-from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, own_weighted_baseline, universal_breach
+from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
 def replayable(est: Estimator, rows: Rows | None = None) -> bool:
@@ -158,19 +158,9 @@ class EstimatorJudge:
             found = sorted(found, key=lambda n: n not in fit.fitting)  # a classic fit confirmed by replay first
             self.replayed = tuple(found)
             return self._hold(Judgement(found[0], None, ESTIMATORS[found[0]].promises), found)
-        if fit.fitting and not self._weighted_without_lengths(rows, breached):
-            return self._hold(self._from_device(fit, None), fit.fitting)  # nothing in the registry either
+        if fit.fitting:  # nothing in the registry either: the device's verdict stands
+            return self._hold(self._from_device(fit, None), fit.fitting)
         return self._unknown(rows, every, fit, breached)
-
-    def _weighted_without_lengths(self, rows: Rows, breached: frozenset[str]) -> bool:
-        """A classic fit off only by per-group offsets that a baseline weighted within each group gives
-        (verl's OPO): without token counts no replay can tell it from a bug, so the universal invariants
-        decide (an ``unknown_estimator`` warning that says to pass ``lengths=``)."""
-        if rows.lengths is not None or (breached & set(DEVICE_PROMISES)) != {"zero_group_mean"}:
-            return False
-        assert rows.advantages is not None, "replayed rows have advantages (Rows.replayable)"
-        return own_weighted_baseline(rows.rewards, rows.gid, rows.advantages,
-                                     tol=self.config.tolerances.zero_group_mean)
 
     def _unknown(self, rows: Rows, names: Sequence[str], fit: ConventionFit, breached: frozenset[str]
                  ) -> Judgement | None:
@@ -280,6 +270,4 @@ def _unknown_text(rows: Rows, names: Sequence[str], tol: float) -> str:
     nearest = ", ".join(f"{n} ({res:.2g} x typical |advantage| off)" for res, n in sorted(near)[:3]) or "none"
     return (f"no registry estimator reproduces these advantages (to {tol:g} x typical |advantage|), but the "
             f"universal invariants hold ({'; '.join(UNIVERSAL)}); nearest: {nearest}. Declare yours to check it "
-            "exactly: MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...)"
-            + ("" if rows.lengths is not None else "; a baseline weighted by token counts (verl.opo, "
-               "length_weighted_loo) is replayed when observe_rollout gets lengths="))
+            "exactly: MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...)")
