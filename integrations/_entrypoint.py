@@ -21,13 +21,13 @@ import dataclasses
 import functools
 import os
 import sys
-import types
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import FailOpen
+from grpo_monitor.integrations._lookup import subclasses_defining
 from grpo_monitor.integrations._on_import import ImportWatch
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
@@ -356,46 +356,3 @@ class Slot:
 
     def monitor(self) -> GRPOMonitor | None:
         return self.current.monitor if self.current is not None else None
-
-
-def trainer_setting(path: Sequence[str], limit: int = 10) -> Any:
-    """``self.<path...>`` of the nearest caller up the stack whose ``self`` has it (the trainer that calls the
-    entry point, e.g. ``("config", "trainer")`` on verl's ``RayPPOTrainer``); None when no caller has it."""
-    frame: types.FrameType | None = sys._getframe(1)
-    try:
-        for _ in range(limit):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            value = frame.f_locals.get("self")
-            for name in path:
-                value = getattr(value, name, None)
-            if value is not None:
-                return value
-        return None
-    finally:
-        del frame
-
-
-def subclasses_defining(base: type, name: str) -> list[type]:
-    """``base`` and every loaded subclass of it whose own ``__dict__`` defines ``name``."""
-    out, todo = [], [base]
-    while todo:
-        cls = todo.pop()
-        if name in vars(cls) and cls not in out:
-            out.append(cls)
-        todo.extend(cls.__subclasses__())
-    return out
-
-
-def module_references(prefixes: Iterable[str], original: Any) -> list[tuple[Any, str]]:
-    """``(module, attribute)`` of every loaded module under ``prefixes`` bound to ``original``."""
-    found = []
-    prefixes = tuple(prefixes)
-    for modname, module in list(sys.modules.items()):
-        if module is None or not any(modname == p or modname.startswith(p + ".") for p in prefixes):
-            continue
-        for attr, value in list(vars(module).items()):
-            if value is original:
-                found.append((module, attr))
-    return found

@@ -63,8 +63,9 @@ import torch
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot, module_references, trainer_setting
+from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
+from grpo_monitor.integrations._lookup import module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 

@@ -82,3 +82,4 @@ def test_auto_without_tracker_settings_ignores_wandbs_disabled_run(tmp_path, mon
         assert [type(s).__name__ for s in auto_sinks("test", Declared(None))] == ["WandbSink"]
     finally:
         wandb.finish()
+        wandb.teardown()  # the disabled init leaves wandb's process-wide settings behind for later tests
