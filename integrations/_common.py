@@ -80,6 +80,17 @@ def row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor
     return (advantages * m).sum(-1) / m.sum(-1).clamp(min=1.0)
 
 
+def outcome_only(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> bool:
+    """Whether every token reward but each row's last valid one is 0 (an outcome reward, no per-token term).
+
+    >>> outcome_only(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[1, 1, 0]]))
+    True
+    """
+    valid = response_mask.bool()
+    last = valid & (valid.cumsum(-1) == valid.sum(-1, keepdim=True))
+    return not bool((token_level_rewards.masked_fill(last, 0.0) != 0).any())
+
+
 def find_trainer(callback: Any) -> Any:
     """The ``transformers.Trainer`` whose callback handler holds ``callback``.
 

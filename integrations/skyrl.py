@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._common import outcome_only, row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env_on_import
 from grpo_monitor.integrations._lookup import module_references, trainer_setting
@@ -132,17 +132,6 @@ def reinforce_plus_plus(gamma: float, outcome_only: bool, padded: bool) -> Decla
         return Declared(None, note=f"SkyRL's 'reinforce++' whitens returns over the batch, and here {why}: no "
                                    "registry entry holds these advantages")
     return Declared("skyrl.reinforce_plus_plus")
-
-
-def outcome_only(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> bool:
-    """Whether every token reward but each row's last valid one is 0 (an outcome reward, no per-token term).
-
-    >>> outcome_only(torch.tensor([[0.0, 1.0, 0.0]]), torch.tensor([[1, 1, 0]]))
-    True
-    """
-    valid = response_mask.bool()
-    last = valid & (valid.cumsum(-1) == valid.sum(-1, keepdim=True))
-    return not bool((token_level_rewards.masked_fill(last, 0.0) != 0).any())
 
 
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,

@@ -22,7 +22,8 @@ so a breach raises ``InvariantViolation`` out of ``compute_advantage``, before
 ``rloo``, ``rloo_vectorized``                       ``verl.rloo``, ``verl.rloo_vectorized``
 ``grpo_passk`` (True / False, from the config)      ``verl.grpo_passk`` / ``verl.grpo_passk_no_std``
 ``gpg``, ``reinforce_plus_plus_baseline``           ``verl.gpg``, ``verl.reinforce_plus_plus_baseline``
-``gae``, ``reinforce_plus_plus``, ``remax``, ...    none: rewards and groups only
+``reinforce_plus_plus`` (gamma 1, outcome reward)   ``verl.reinforce_plus_plus``
+``gae``, ``remax``, ...                             none: rewards and groups only
 ==================================================  =====================================
 
 ``compute_advantage`` passes ``norm_adv_by_std_in_grpo`` to ``grpo`` only; ``grpo_vectorized``
@@ -62,7 +63,7 @@ from typing import Any
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import row_advantages
+from grpo_monitor.integrations._common import outcome_only, row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.integrations._lookup import module_references, trainer_setting
@@ -92,12 +93,16 @@ _IN_KL: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_monitor_in_k
 
 
 def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
-                       trainer: Any = None) -> Declared:
+                       trainer: Any = None, *, gamma: float = 1.0, outcome_only: bool = True) -> Declared:
     """The registry entry of one ``compute_advantage`` call; ``trainer`` (the ``trainer`` section of the
     calling trainer's config) gives its trackers and output folder, for ``sinks="auto"``.
 
     ``grpo`` reads the call's ``norm_adv_by_std_in_grpo``; the other estimators read the
-    ``AlgoConfig``'s (as verl's do).
+    ``AlgoConfig``'s (as verl's do). ``reinforce_plus_plus`` whitens each token's discounted
+    return over the batch: with ``gamma`` 1 and ``outcome_only`` (every token reward but each
+    row's last valid one is 0) a row's return is its reward on every token, which
+    ``verl.reinforce_plus_plus`` replays; a discount or a reward on every token (the KL in
+    the reward) gives advantages no entry holds.
 
     >>> declared_estimator("grpo").estimator, declared_estimator("grpo", False).estimator
     ('verl.grpo', 'verl.grpo_no_std')
@@ -111,6 +116,14 @@ def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True,
         return Declared(None, note="verl's 'gae' (the default adv_estimator) reads a learned critic's values, which "
                                    "no registry entry holds: its advantages are not group-relative",
                         trackers=trackers, output_dir=output_dir)
+    if name == "reinforce_plus_plus":
+        every_token = "a reward on every token (e.g. use_kl_in_reward) gives each token its own return"
+        why = ("gamma < 1 discounts each row's return over its tokens" if float(gamma) != 1.0 else
+               "" if outcome_only else every_token)
+        if not why:
+            return Declared("verl.reinforce_plus_plus", trackers=trackers, output_dir=output_dir)
+        return Declared(None, note=f"verl's 'reinforce_plus_plus' whitens returns over the batch, and here {why}: "
+                                   "no registry entry holds these advantages", trackers=trackers, output_dir=output_dir)
     if name not in ESTIMATORS:
         return Declared(None, note=f"verl's advantage estimator {name!r} has no registry entry",
                         trackers=trackers, output_dir=output_dir)
@@ -201,8 +214,10 @@ def _capture(data: Any, adv_estimator: Any, gamma: float = 1.0, lam: float = 1.0
     trainer_section = trainer_setting(("config", "trainer"))  # RayPPOTrainer.config.trainer
     ignored = (str(getattr(adv_estimator, "value", adv_estimator)) == "grpo_vectorized" and config is not None
                and hasattr(config, "get") and not config.get("norm_adv_by_std_in_grpo", True))
-    return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_section),
-                {"std_flag_ignored": ignored})
+    whitened = str(getattr(adv_estimator, "value", adv_estimator)) == "reinforce_plus_plus"
+    outcome = (outcome_only(data.batch["token_level_rewards"], data.batch["response_mask"]) if whitened else True)
+    return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_section, gamma=gamma,
+                                   outcome_only=outcome), {"std_flag_ignored": ignored})
 
 
 def _observer(state: Attachment):

@@ -117,7 +117,7 @@ def test_auto_names_a_framework_default_and_reports_it(tmp_path):
     mon.observe_rollout(torch.from_numpy(r), advantages=torch.from_numpy(_advantages("nemo_rl.grpo", r)))
     report = mon.end_step()
     assert report.convention == "nemo_rl.grpo" and not report.violations
-    assert report.metrics["grpo/adv/convention_id"] == list(ESTIMATORS).index("nemo_rl.grpo")
+    assert report.metrics["grpo/adv/convention_id"] == ESTIMATORS["nemo_rl.grpo"].id
 
 
 @pytest.mark.parametrize("how", ["declared-no-lengths", "declared-with-lengths", "auto-with-lengths"])

@@ -100,6 +100,14 @@ VERL_ENTRIES = (
         "c = r - mean_g (one-row group: c = r), then token whitening (c - mu) / sqrt(var + 1e-8), "
         "var Bessel over tokens, mu = sum(w c) / (sum w + 1e-8)", singleton="raw", eps_power=2, token_weighted=True),
     Estimator(
+        "verl.reinforce_plus_plus", t.whitened_rewards,
+        {"ddof": 1, "eps": 1e-8, "stabilizer": "add_var", "count_eps": 1e-8}, WHITENED,
+        f"verl/trainer/ppo/core_algos.py::compute_reinforce_plus_plus_outcome_advantage "
+        f"(verl/utils/torch_functional.py::masked_whiten) @ {VERL}",
+        "token whitening of the returns, no group baseline: (r - mu) * rsqrt(var + 1e-8), var Bessel over "
+        "tokens, mu = sum(w r) / (sum w + 1e-8) (gamma 1, reward on the last token)",
+        singleton="raw", eps_power=2, token_weighted=True),
+    Estimator(
         "verl.gpg", partial(f.positive_rate_scaled, singleton="raw"), {"f_norm": 1.0}, FULL,
         f"verl/trainer/ppo/core_algos.py::compute_gpg_outcome_advantage @ {VERL}",
         "alpha (r - mean_g) / f_norm, alpha = rows / max(#nonzero rewards, 1) over the batch's scorable rows; "

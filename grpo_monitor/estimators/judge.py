@@ -182,7 +182,8 @@ class EstimatorJudge:
         if self.locked is not None:
             return Judgement(self.locked, None, UNIVERSAL_PROMISES, f"the estimator changed between steps: was "
                              f"{self.locked}, now no registry entry fits (the universal invariants still hold)")
-        return Judgement(None, None, UNIVERSAL_PROMISES, unknown=_unknown_text(rows, names, self._tolerance()))
+        return Judgement(None, None, UNIVERSAL_PROMISES, unknown=_unknown_text(rows, names, self._tolerance(),
+                                                                             tol.max_stabilizer_ratio))
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -259,15 +260,23 @@ def _fitting(rows: Rows, names: Sequence[str], tol: float, config: Any) -> list[
     return [n for *_, n in sorted(out)]
 
 
-def _unknown_text(rows: Rows, names: Sequence[str], tol: float) -> str:
+def _nearness(f: Any, tol: float, ratio: float) -> str:
+    """How far one entry is: its misfit, or, when it fits only with an implausibly large stabilizer, that eps."""
+    eps = f.params.get("eps")
+    if f.fits(tol) and not f.fits(tol, ratio):
+        return f"fits only with eps={eps:.3g}, {eps / f.reward_std:.3g} x the reward std: too large for a stabilizer"
+    return f"{f.residual:.2g} x typical |advantage| off"
+
+
+def _unknown_text(rows: Rows, names: Sequence[str], tol: float, ratio: float) -> str:
     """The ``unknown_estimator`` message: the nearest entries and how to declare yours."""
     near = []
     for n in names:
         data, fixed = _inputs(ESTIMATORS[n], rows)
         f = replay_fit(ESTIMATORS[n], data, rows.gid, rows.advantages, lengths=rows.lengths, fixed=fixed)
         if np.isfinite(f.residual):
-            near.append((f.residual, n))
-    nearest = ", ".join(f"{n} ({res:.2g} x typical |advantage| off)" for res, n in sorted(near)[:3]) or "none"
+            near.append((f.residual, n, _nearness(f, tol, ratio)))
+    nearest = ", ".join(f"{n} ({how})" for _, n, how in sorted(near)[:3]) or "none"
     return (f"no registry estimator reproduces these advantages (to {tol:g} x typical |advantage|), but the "
             f"universal invariants hold ({'; '.join(UNIVERSAL)}); nearest: {nearest}. Declare yours to check it "
             "exactly: MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...)")

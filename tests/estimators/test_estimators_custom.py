@@ -101,3 +101,19 @@ def test_state_dict_resumes_by_name(tmp_path):
     assert get("team.tanh") is CUSTOM["team.tanh"]
     with pytest.raises(ValueError, match="custom"):
         MonitorConfig(std_convention="team.never_declared")
+
+
+def test_an_entry_fitting_only_with_a_huge_stabilizer_is_named_so():
+    """(r - mean) / (std + 5) on binary rewards is the population formula with eps 5, ten times the reward std: no
+    trainer's stabilizer, so it is not taken for that entry, and the warning says why instead of calling a
+    numerically exact fit "off"."""
+    g = torch.Generator().manual_seed(0)
+    r = (torch.rand(16, 8, generator=g) < 0.5).double()
+    std = r.std(1, keepdim=True, unbiased=False)
+    monitor = GRPOMonitor(MonitorConfig(group_size=8, std_convention="auto"), sinks=[])
+    monitor.observe_rollout(r.float(), advantages=((r - r.mean(1, keepdim=True)) / (std + 5.0)).float())
+    report = monitor.end_step()
+    (v,) = report.violations
+    assert v.invariant == "unknown_estimator" and v.severity == "warning"
+    ratio = 5.0 / float(std[std > 0].mean())
+    assert f"population (fits only with eps=5, {ratio:.3g} x the reward std" in v.observed

@@ -55,7 +55,7 @@ def test_healthy_run_logs_grpo_metrics_every_step(how, scale_rewards, convention
         assert rec["violations"] == [] and m["grpo/invariants/violations"] == 0
         assert m["grpo/groups/total"] == 2  # 8 completions / num_generations 4
         if m["grpo/groups/effective_prompts"] > 0:
-            assert m["grpo/adv/convention_id"] == list(ESTIMATORS).index(convention)
+            assert m["grpo/adv/convention_id"] == ESTIMATORS[convention].id
         assert m["grpo/reward/mean"] == pytest.approx(trl["reward"], rel=1e-5)
         assert m["grpo/kl/k3_mean"] == pytest.approx(trl["kl"], rel=1e-3, abs=1e-7)
         assert m["grpo/tokens/adv_row_spread_max"] == 0.0

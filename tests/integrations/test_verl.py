@@ -16,6 +16,7 @@ with warnings.catch_warnings():
     ray_trainer = pytest.importorskip("verl.trainer.ppo.ray_trainer")
     verl_losses = pytest.importorskip("verl.workers.utils.losses")
     distill_losses = pytest.importorskip("verl.trainer.distillation.losses")
+    import verl.utils.torch_functional as verl_F
     from verl import DataProto
     from verl.trainer.config import AlgoConfig
 
@@ -91,6 +92,7 @@ ESTIMATOR_CASES = [
     pytest.param("grpo_passk", False, "verl.grpo_passk_no_std", id="grpo-passk-no-std"),
     pytest.param("gpg", True, "verl.gpg", id="gpg"),
     pytest.param("reinforce_plus_plus_baseline", True, "verl.reinforce_plus_plus_baseline", id="rpp-baseline"),
+    pytest.param("reinforce_plus_plus", True, "verl.reinforce_plus_plus", id="rpp"),
     pytest.param("rloo", True, "verl.rloo", id="rloo"),
     pytest.param("rloo_vectorized", True, "verl.rloo_vectorized", id="rloo-vectorized"),
     pytest.param("grpo_passk", True, "verl.grpo_passk", id="grpo-passk"),
@@ -111,9 +113,60 @@ def test_each_compute_advantage_call_is_one_checked_step(name, by_std, entry, at
         assert report.step == step and report.violations == []
         assert report.metrics["grpo/groups/degenerate_rate"] == reference_degenerate_rate(
             scores, data.non_tensor_batch["uid"])
-        assert report.metrics["grpo/adv/convention_id"] == list(ESTIMATORS).index(entry)
+        assert report.metrics["grpo/adv/convention_id"] == ESTIMATORS[entry].id
         assert report.metrics["grpo/tokens/valid"] == data.batch["response_mask"].sum().item()
     assert att.monitor.config.std_convention == entry and len(att.reports) == 2
+
+
+@pytest.mark.parametrize("gamma, kl_in_reward, why", [
+    pytest.param(0.99, False, "gamma < 1 discounts", id="discounted"),
+    pytest.param(1.0, True, "a reward on every token", id="kl-in-reward"),
+])
+def test_reinforce_plus_plus_beyond_its_entry_observes_rewards_only(gamma, kl_in_reward, why, attached):
+    """verl's reinforce_plus_plus with a discount, or with the KL in the token rewards, gives each token its own
+    return: no entry holds that, so the call is observed for rewards and groups only, said once with the reason."""
+    att = attached()
+    data, _ = data_proto()
+    if kl_in_reward:
+        data.batch["token_level_scores"] = data.batch["token_level_rewards"].clone()
+        data, _ = ray_trainer.apply_kl_penalty(data, kl_ctrl=core_algos.FixedKLController(kl_coef=0.1))
+    with pytest.warns(RuntimeWarning, match=why):
+        ray_trainer.compute_advantage(data, adv_estimator="reinforce_plus_plus", gamma=gamma,
+                                      config=AlgoConfig(gamma=gamma))
+    report = att.reports[-1]
+    assert report.convention is None and report.violations == []
+
+
+def _whitened_over(include_padding: bool, group_centred: bool):
+    """verl's reinforce_plus_plus with one defect: the whitening statistics over every position (padding
+    included), or each row's reward centred on its group first (the baseline variant run under this name)."""
+    def estimator(token_level_rewards, response_mask, config=None, index=None, **kwargs):
+        returns = token_level_rewards.flip(-1).cumsum(-1).flip(-1) * response_mask
+        if group_centred:
+            scores = token_level_rewards.sum(-1)
+            ids = {u: i for i, u in enumerate(dict.fromkeys(index.tolist()))}
+            gid = torch.tensor([ids[u] for u in index.tolist()])
+            mean = torch.zeros(len(ids)).index_add_(0, gid, scores) / torch.bincount(gid).float()
+            returns = (scores - mean[gid]).unsqueeze(-1) * response_mask
+        stats_mask = torch.ones_like(response_mask) if include_padding else response_mask
+        adv = verl_F.masked_whiten(returns, stats_mask) * response_mask
+        return adv, returns
+
+    return estimator
+
+
+@pytest.mark.parametrize("include_padding, group_centred", [
+    pytest.param(True, False, id="whitened-over-padding"),
+    pytest.param(False, True, id="group-baseline-under-rpp"),
+])
+def test_a_reinforce_plus_plus_defect_raises(include_padding, group_centred, monkeypatch, attached):
+    """Two realistic slips in a reinforce++ branch raise InvariantViolation out of compute_advantage."""
+    monkeypatch.setitem(core_algos.ADV_ESTIMATOR_REGISTRY, "reinforce_plus_plus",
+                        _whitened_over(include_padding, group_centred))
+    attached()
+    data, _ = data_proto()
+    with pytest.raises(InvariantViolation, match="convention"):
+        ray_trainer.compute_advantage(data, adv_estimator="reinforce_plus_plus", config=AlgoConfig())
 
 
 def test_grpo_vectorized_ignores_the_no_std_flag_and_says_so(attached):
