@@ -5,6 +5,8 @@ measures ``dloss/dlogprobs`` of TRL's own loss and must identify the aggregation
 (``docs/loss_weights.md``), with no violation. A subclass that divides by each row's length
 under ``dr_grpo`` must stop ``train()`` with ``loss_aggregation``. ``beta=0`` keeps the KL term
 out (rows with a KL term are measured, not checked); 16 completion tokens make lengths vary.
+Every step holds the three prompts of :data:`PROMPTS`, one of them rewarded 1 whatever the
+completion (a degenerate group, at advantage exactly 0 under TRL's z-score).
 """
 
 from __future__ import annotations
@@ -29,16 +31,21 @@ LOSS_TYPES = {  # loss_type -> extra GRPOConfig arguments TRL needs for it
 }
 
 
+PROMPTS = ("const", "spell a", "say bb")  # 12 completions per step: one group of each prompt
+
+
 def has_a(prompts, completions, **_):
-    """1 if the completion holds an 'a', else 0: binary rewards, so a constant group's advantage is exactly 0."""
-    return [float("a" in c) for c in completions]
+    """1 if the completion holds an 'a', else 0, and 1 for every completion of ``"const"``: binary rewards, so a
+    constant group's advantage is exactly 0."""
+    return [1.0 if p == "const" else float("a" in c) for p, c in zip(prompts, completions, strict=True)]
 
 
 def _run(model, out, loss_type: str, accumulation: int, trainer_cls=None, config=None, steps: int = 1):
     sink = JSONLSink(out / "grpo.jsonl")
     trainer = make_trainer(model, out / "run", trainer_cls=trainer_cls, reward_funcs=[has_a], beta=0.0,
-                           loss_type=loss_type, max_completion_length=16, max_steps=steps,
-                           per_device_train_batch_size=8 // accumulation, gradient_accumulation_steps=accumulation,
+                           loss_type=loss_type, max_completion_length=16, max_steps=steps, prompts=PROMPTS,
+                           dataset_size=len(PROMPTS), per_device_train_batch_size=12 // accumulation,
+                           gradient_accumulation_steps=accumulation,
                            **LOSS_TYPES[loss_type])
     monitor = gtrl.attach(trainer, config=config, sinks=[sink])
     return trainer, monitor, sink
@@ -60,10 +67,10 @@ def test_every_loss_type_is_its_documented_aggregation(loss_type, accumulation, 
         assert rec["violations"] == [], rec["violations"]
         assert m["grpo/weights/measured"] == 1.0
         assert m["grpo/weights/aggregation_id"] == AGGREGATIONS[name].index
+        assert m["grpo/groups/degenerate_rate"] > 0 and m["grpo/groups/effective_prompts"] > 0  # both kinds
         assert m["grpo/weights/degenerate_share"] == 0.0  # binary rewards: constant groups at advantage 0
-        if "grpo/weights/length_slope" in m and m["grpo/groups/effective_prompts"] > 0:
-            assert m["grpo/weights/length_slope"] == pytest.approx(0.0 if name == "seq_mean_token_mean" else 1.0,
-                                                                   abs=1e-4)
+        assert m["grpo/weights/length_slope"] == pytest.approx(0.0 if name == "seq_mean_token_mean" else 1.0,
+                                                               abs=1e-4)
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
@@ -100,3 +107,35 @@ def test_subclass_that_changes_the_aggregation_stops_train(tiny_model_path, tmp_
         trainer.train()
     v = next(v for v in err.value.violations if v.invariant == "loss_aggregation")
     assert "measured w" in v.observed and "seq_mean_token_mean" in v.observed
+
+
+def test_declared_scope_is_checked_on_the_real_trainer(tiny_model_path, tmp_path):
+    """bnpo (each micro-batch's own token count) declared as dapo (the step's count) is loss_aggregation under
+    gradient accumulation: the two micro-batches of a step hold different token counts."""
+    trainer, _, _ = _run(tiny_model_path, tmp_path, "bnpo", 2, config=MonitorConfig(loss_aggregation="trl.dapo"))
+    with pytest.raises(InvariantViolation) as err:
+        trainer.train()
+    v = next(v for v in err.value.violations if v.invariant == "loss_aggregation")
+    assert "off token_mean (step)" in v.observed and "token_mean (micro_batch scope)" in v.observed
+
+
+@pytest.mark.parametrize("term", ["kl", "entropy"])
+def test_which_other_terms_weigh_on_degenerate_groups(term, tiny_model_path, tmp_path):
+    """Beside the reward term (0 on a degenerate group), TRL's KL term acts on log-probs and so on degenerate groups
+    once the policy has moved off the reference (step 2); its entropy bonus, computed from the logits, is not part
+    of dloss/dlogprobs and leaves their share at 0 (and the check quiet)."""
+    extra = dict(beta=0.04) if term == "kl" else dict(beta=0.0, entropy_coef=0.05)
+    sink = JSONLSink(tmp_path / "grpo.jsonl")
+    trainer = make_trainer(tiny_model_path, tmp_path / "run", reward_funcs=[has_a], loss_type="grpo",
+                           max_completion_length=16, max_steps=2, prompts=PROMPTS, dataset_size=len(PROMPTS),
+                           per_device_train_batch_size=12, **extra)
+    gtrl.attach(trainer, sinks=[sink])
+    trainer.train()
+    records = read_jsonl(tmp_path / "grpo.jsonl")
+    assert [r["violations"] for r in records] == [[], []]
+    m = records[1]["metrics"]
+    assert m["grpo/groups/degenerate_rate"] > 0
+    if term == "kl":
+        assert m["grpo/weights/degenerate_share"] > 0
+    else:
+        assert m["grpo/weights/degenerate_share"] == 0.0
