@@ -12,6 +12,7 @@ completion (a degenerate group, at advantage exactly 0 under TRL's z-score).
 from __future__ import annotations
 
 import pytest
+import torch
 
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow
@@ -139,3 +140,22 @@ def test_which_other_terms_weigh_on_degenerate_groups(term, tiny_model_path, tmp
         assert m["grpo/weights/degenerate_share"] > 0
     else:
         assert m["grpo/weights/degenerate_share"] == 0.0
+
+
+def test_measuring_leaves_trls_update_bit_identical(tiny_model_path, tmp_path):
+    """One dapo step with gradient accumulation, with and without the monitor measuring every micro-batch's
+    weights: the same parameters afterwards, bit for bit (autograd.grad touches no .grad)."""
+    def trained(out, monitored: bool):
+        trainer = make_trainer(tiny_model_path, out, reward_funcs=[has_a], beta=0.0, loss_type="dapo",
+                               max_completion_length=16, max_steps=1, prompts=PROMPTS, dataset_size=len(PROMPTS),
+                               per_device_train_batch_size=6, gradient_accumulation_steps=2)
+        monitor = gtrl.attach(trainer, sinks=[JSONLSink(out / "grpo.jsonl")]) if monitored else None
+        trainer.train()
+        if monitor is not None:
+            assert read_jsonl(out / "grpo.jsonl")[0]["metrics"]["grpo/weights/measured"] == 1.0
+            gtrl.detach(trainer)
+        return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}
+
+    plain, monitored = trained(tmp_path / "plain", False), trained(tmp_path / "monitored", True)
+    assert plain.keys() == monitored.keys()
+    assert all(torch.equal(plain[k], monitored[k]) for k in plain)
