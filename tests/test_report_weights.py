@@ -45,12 +45,13 @@ def _log(out, declared: str, aggregate: str) -> np.ndarray:
             lp = torch.nn.functional.logsigmoid(policy(torch.eye(T)[rows % T]))
             m, a = mask[rows], adv[rows]
             per_token = -a[:, None] * torch.exp(lp - lp.detach()) * m
+            live = [float(n) for n, x in zip(lengths[rows], a, strict=True) if x]
             if aggregate == "token_mean":
                 loss = per_token.sum() / m.sum() / MICRO
-                points += [(float(n), float(n) / (MICRO * float(m.sum()))) for n, x in zip(lengths[rows], a) if x]
+                points += [(n, n / (MICRO * float(m.sum()))) for n in live]
             else:
                 loss = (per_token.sum(-1) / m.sum(-1)).mean() / MICRO
-                points += [(float(n), 1.0 / (MICRO * len(rows))) for n, x in zip(lengths[rows], a) if x]
+                points += [(n, 1.0 / (MICRO * len(rows))) for n in live]
             mon.observe_loss(mask=m, advantages=a, logprobs=lp, loss=loss, rows=rows)
             loss.backward()
         mon.end_step()
