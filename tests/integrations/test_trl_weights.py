@@ -159,3 +159,34 @@ def test_measuring_leaves_trls_update_bit_identical(tiny_model_path, tmp_path):
     plain, monitored = trained(tmp_path / "plain", False), trained(tmp_path / "monitored", True)
     assert plain.keys() == monitored.keys()
     assert all(torch.equal(plain[k], monitored[k]) for k in plain)
+
+
+NOT_DECLARED = {  # settings under which TRL's reward term is not -A c at ratio 1, or its count is an estimate
+    "dapo-steps-per-generation-2": ("dapo", dict(steps_per_generation=2)),
+    "grpo-top-entropy-quantile": ("grpo", dict(top_entropy_quantile=0.5)),
+    "cispo-epsilon-high-below-1": ("cispo", dict(epsilon_high=0.2)),
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_DECLARED))
+def test_settings_that_change_the_weights_are_fitted_not_checked(case, tiny_model_path, tmp_path):
+    """Where the declaration would not hold (dapo's denominator estimated from the generation batch, an entropy
+    mask, cispo's clip acting at ratio 1), the integration declares 'auto': no false alarm. Declared anyway, the
+    same run breaks the check: the rule is needed."""
+    loss_type, extra = NOT_DECLARED[case]
+
+    def trainer_for(out):
+        return make_trainer(tiny_model_path, out, reward_funcs=[has_a], beta=0.0, loss_type=loss_type,
+                            max_completion_length=16, max_steps=1, prompts=PROMPTS, dataset_size=len(PROMPTS),
+                            per_device_train_batch_size=12 // extra.get("steps_per_generation", 1),
+                            gradient_accumulation_steps=1, **extra)
+
+    trainer = trainer_for(tmp_path / "auto")
+    monitor = gtrl.attach(trainer, sinks=[JSONLSink(tmp_path / "auto.jsonl")])
+    assert monitor.config.loss_aggregation == "auto"
+    trainer.train()
+    assert all(r["violations"] == [] for r in read_jsonl(tmp_path / "auto.jsonl"))
+    declared = trainer_for(tmp_path / "declared")
+    gtrl.attach(declared, config=MonitorConfig(loss_aggregation=f"trl.{loss_type}"), sinks=[])
+    with pytest.raises(InvariantViolation, match="loss_aggregation"):
+        declared.train()
