@@ -9,9 +9,11 @@ three pieces of the weights part are timed where they run, with ``time.perf_coun
 
 * ``grad``: ``torch.autograd.grad(loss, logprobs, retain_graph=True)`` inside ``compute_loss``
   (the graph from the loss back to the log-probs only; the model's backward is not run);
-* ``rows``: the per-response reduction (``row_records``, one float64 row per response);
-* ``summary``: after the step's sync, the fit, the check and the ``grpo/weights/`` metrics
-  (numpy on the step's rows).
+* ``rows``: the rest of ``LossWeights.observe`` per micro-batch: linking rows to groups, the
+  ratio-1 test and the per-response reduction (one float64 row per response);
+* ``flat``: the step's rows concatenated for the step's one sync;
+* ``summary``: after the sync, ``LossWeights.check``: the fit, the check and the
+  ``grpo/weights/`` metrics and histograms (numpy on the step's rows).
 
 It prints their sum per optimizer step next to the step's wall time (``train_runtime /
 steps``, which includes generation). The first step (warm-up) is dropped.
@@ -48,8 +50,10 @@ def _instrument() -> None:
     from grpo_monitor.step import weights as loss_weights
 
     loss_weights.measure_weights = _timed("grad", loss_weights.measure_weights)
-    loss_weights.row_records = _timed("rows", loss_weights.row_records)
-    loss_weights.summarize = _timed("summary", loss_weights.summarize)
+    cls = loss_weights.LossWeights
+    cls.observe = _timed("observe", cls.observe)  # grad included: "rows" is observe minus grad
+    cls.flat = _timed("flat", cls.flat)
+    cls.check = _timed("summary", cls.check)
 
 
 def main() -> None:
@@ -96,7 +100,9 @@ def main() -> None:
     steps = list(zip(step_times, per_step, strict=True))[1:]  # drop the warm-up step
     n = len(steps)
     step_ms = 1e3 * sum(t for t, _ in steps) / n
-    parts = {k: 1e3 * sum(p.get(k, 0.0) for _, p in steps) / n for k in ("grad", "rows", "summary")}
+    parts = {k: 1e3 * sum(p.get(k, 0.0) for _, p in steps) / n for k in ("grad", "observe", "flat", "summary")}
+    parts["rows"] = parts.pop("observe") - parts["grad"]
+    parts = {k: parts[k] for k in ("grad", "rows", "flat", "summary")}
     total = sum(parts.values())
     print(f"TRL tiny model, loss_type={args.loss_type}, accumulation {args.accumulation}, 8 completions of <= "
           f"{args.completion} tokens, {n} timed steps (torch {torch.__version__}, {torch.get_num_threads()} threads)")

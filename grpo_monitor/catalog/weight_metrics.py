@@ -13,14 +13,16 @@ def weight_entries() -> list[Metric]:
     w = dict(section="Weights", source="observe_loss", needs="advantages, and loss (measured) or a declared "
              "loss_aggregation (derived)")
     rows = dict(only_when="every loss row is linked to its rollout group (rows=, or the micro-batch is the rollout)")
-    rs = "from the step's per-response rows, copied to the host in the step's one sync (this rank's rows)"
+    rs = "from the step's per-response rows, copied to the host in the step's one sync (on several ranks: every " \
+         "rank's rows)"
     return [
         _m("grpo/weights/measured", "fraction", rs, "mean", "Share of the step's responses whose token weights "
            "were measured (dloss/dlogprobs by autograd) rather than derived from the declared loss_aggregation; "
            "below 1 the loss was not given or autograd was unavailable (said once in the log).", **w),
         _m("grpo/weights/degenerate_share", "fraction", rs, "mean", "Share of the update's total |weight| on tokens "
            "of degenerate (all-equal reward) groups. The reward term gives them none: above 0 a KL term acts on "
-           "them (it may) or a stabilizer gave a constant group an advantage (it should not).",
+           "them (it may) or a stabilizer gave a constant group an advantage (it should not). An entropy bonus "
+           "computed from the logits (TRL's) is not part of dloss/dlogprobs and never shows here.",
            panel="where the update goes", **w, **rows),
         _m("grpo/weights/effective_responses", "responses", rs, "mean", "One over the sum of squared "
            "per-response shares of |weight|: how many responses the update really rests on (all equal: the "

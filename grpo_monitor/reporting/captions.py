@@ -174,7 +174,9 @@ def weights(run: RunData) -> str:
     parts = ["Each dot is a response: its |weight| in the loss per unit |advantage| against its length. A per-response "
              "mean (seq_mean_token_mean) gives every response the same weight (slope 0, short responses' tokens weigh "
              "more); token sums (token_mean, Dr. GRPO's constant normaliser) weigh a response by its length (slope 1). "
-             "The line is the fitted aggregation's; right, how the update spreads over questions",
+             "The solid line is the declared loss_aggregation's expectation, the dashed one the fitted aggregation's "
+             "(drawn under 'auto' or when its slope differs: dots off the solid line mean the loss does not aggregate "
+             "as declared); right, how the update spreads over questions",
              _change(run, "the measured length slope", "grpo/weights/length_slope", "{:.3f}"),
              _change(run, "the largest question's share", "grpo/weights/top_question_share", _RATE)]
     return sentences(parts)

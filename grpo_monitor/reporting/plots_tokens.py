@@ -73,12 +73,37 @@ def _pooled(run: RunData, key: str) -> list[list[float]]:
     return [h for h in run.histograms.get(key, []) if h]
 
 
-def draw_weights(run: RunData):
-    """Weight per unit |advantage| against response length (log-log, every step pooled) with the slope the
-    fitted aggregation predicts, and the per-question shares of the update."""
+def _expected_slopes(run: RunData) -> list[tuple[str, float, str, str]]:
+    """(label, slope, colour, style) of the lines to draw: the declared aggregation's expectation (the run
+    record's ``loss_aggregation``) and the fitted one (the last ``aggregation_id``) when it differs."""
     import numpy as np
 
-    from ..stats.aggregations import AGGREGATIONS
+    from ..stats.aggregations import AGGREGATIONS, resolve
+
+    def slope(name: str) -> float:
+        return 0.0 if AGGREGATIONS[name].per_length else 1.0
+
+    out = []
+    declared = run.config.get("loss_aggregation")
+    try:
+        name = resolve(declared)[0] if isinstance(declared, str) and declared != "auto" else None
+    except ValueError:  # a log written by a version with other names
+        name = None
+    if name is not None:
+        alias = f" ({name})" if declared != name else ""
+        out.append((f"declared {declared}{alias}: weight ~ length^{slope(name):g}", slope(name), RED, "-"))
+    ids = run.series("grpo/weights/aggregation_id")
+    index = int(ids[np.isfinite(ids)][-1]) if ids is not None and np.isfinite(ids).any() else -1
+    fitted = next((a.name for a in AGGREGATIONS.values() if a.index == index), None)
+    if fitted is not None and (name is None or slope(fitted) != slope(name)):
+        out.append((f"fitted {fitted}: weight ~ length^{slope(fitted):g}", slope(fitted), ORANGE, "--"))
+    return out
+
+
+def draw_weights(run: RunData):
+    """Weight per unit |advantage| against response length (log-log, every step pooled) with the slope the
+    declared aggregation predicts (and the fitted one's when it differs), and the per-question shares."""
+    import numpy as np
 
     lengths, weights = _pooled(run, "grpo/weights/response_length"), _pooled(run, "grpo/weights/response_weight")
     if not lengths:
@@ -90,14 +115,11 @@ def draw_weights(run: RunData):
     x = np.concatenate([np.asarray(v, float) for v in lengths])
     y = np.concatenate([np.asarray(v, float) for v in weights])
     left.scatter(x, y, s=8, color=BLUE, alpha=0.5, label="responses (all steps)")
-    ids = run.series("grpo/weights/aggregation_id")
-    index = int(ids[np.isfinite(ids)][-1]) if ids is not None and np.isfinite(ids).any() else -1
-    name = next((a.name for a in AGGREGATIONS.values() if a.index == index), None)
-    if name is not None and len(x) > 1:
-        slope = 0.0 if AGGREGATIONS[name].per_length else 1.0
+    if len(x) > 1:
         grid = np.geomspace(x.min(), x.max(), 20)
-        scale = np.exp(np.mean(np.log(y)) - slope * np.mean(np.log(x)))
-        left.plot(grid, scale * grid ** slope, color=RED, label=f"{name}: weight ~ length^{slope:g}")
+        for label, slope, colour, style in _expected_slopes(run):
+            scale = np.exp(np.mean(np.log(y)) - slope * np.mean(np.log(x)))
+            left.plot(grid, scale * grid ** slope, color=colour, linestyle=style, label=label)
     left.set_xscale("log")
     left.set_yscale("log")
     centre = float(np.exp(np.mean(np.log(y))))
@@ -106,14 +128,20 @@ def draw_weights(run: RunData):
     left.set_ylabel("|weight| / |advantage| (mean 1)")
     left.set_title("Weight against response length", fontsize=10)
     left.legend(fontsize=8)
-    shares = _pooled(run, "grpo/weights/question_share")
+    _draw_question_shares(right, _pooled(run, "grpo/weights/question_share"))
+    return fig
+
+
+def _draw_question_shares(ax: Any, shares: list[list[float]]) -> None:
+    """Histogram of every step's per-question shares of |weight|, with the equal share marked."""
+    import numpy as np
+
     if shares:
         pooled = np.concatenate([np.asarray(v, float) for v in shares])
-        right.hist(pooled, bins=30, color=GREEN, alpha=0.8)
+        ax.hist(pooled, bins=30, color=GREEN, alpha=0.8)
         even = 1.0 / np.median([len(v) for v in shares])
-        right.axvline(even, color=ORANGE, label=f"equal shares: {even:.3g}")
-        right.legend(fontsize=8)
-    right.set_xlabel("a question's share of the step's |weight|")
-    right.set_ylabel("questions (all steps)")
-    right.set_title("Per-question weight", fontsize=10)
-    return fig
+        ax.axvline(even, color=ORANGE, label=f"equal shares: {even:.3g}")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("a question's share of the step's |weight|")
+    ax.set_ylabel("questions (all steps)")
+    ax.set_title("Per-question weight", fontsize=10)

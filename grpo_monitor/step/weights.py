@@ -149,7 +149,7 @@ def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None,
     parts = [WeightRows(r) for r in every_rank if r is not None] if every_rank is not None else [rows]
     parts = [p.with_weight(_derived_weight(p, declared, scope, config.loss_normalizer))
              if np.isnan(p.weight).any() else p for p in parts]
-    union = _concat(parts)
+    union = _concat(parts, separate_groups=config.rollout_scope == "local")
     metrics = weight_metrics(union)
     name = fit.name if fit is not None else (declared if not checked else None)
     metrics["grpo/weights/aggregation_id"] = agg.aggregation_index(name)
@@ -173,14 +173,20 @@ def weight_histograms(rows: WeightRows, limit: int = 512) -> dict[str, list[floa
     return out
 
 
-def _concat(parts: Sequence[WeightRows]) -> WeightRows:
-    """Every rank's rows as one table, micro-batches numbered apart (rank r's after rank r-1's)."""
-    tables, offset = [], 0.0
-    micro = ROW_COLUMNS.index("micro")
+def _concat(parts: Sequence[WeightRows], separate_groups: bool = False) -> WeightRows:
+    """Every rank's rows as one table, micro-batches numbered apart (rank r's after rank r-1's). With
+    ``separate_groups`` (local rollout scope: each rank's group ids index its own shard) the groups too; under
+    global scope every rank's ids index the same gathered rollout and are kept."""
+    tables, offset, group_offset = [], 0.0, 0.0
+    micro, group = ROW_COLUMNS.index("micro"), ROW_COLUMNS.index("group")
     for p in parts:
         t = p.table.copy()
         t[:, micro] += offset
         offset = float(t[:, micro].max()) + 1 if len(t) else offset
+        if separate_groups and len(t):
+            linked = t[:, group] >= 0
+            t[linked, group] += group_offset
+            group_offset = max(group_offset, float(t[:, group].max()) + 1)
         tables.append(t)
     return WeightRows(np.concatenate(tables) if tables else np.zeros((0, len(ROW_COLUMNS))))
 

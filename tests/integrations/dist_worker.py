@@ -81,6 +81,13 @@ def observe(mon, data: dict[str, torch.Tensor], tokens: bool, question_ids: list
                          ref_logprobs=data["ref_logprobs"], old_logprobs=data["old_logprobs"])
 
 
+def observe_weights(mon, data: dict[str, torch.Tensor], rows: torch.Tensor | None = None, share: float = 1.0) -> None:
+    """``observe_loss(loss=)`` of a shard's token-mean loss (its own token count), times ``share``."""
+    lp = data["logprobs"].clone().requires_grad_(True)
+    loss = -(data["token_adv"] * lp * data["mask"]).sum() / data["mask"].sum() * share
+    mon.observe_loss(mask=data["mask"], advantages=data["token_adv"], logprobs=lp, loss=loss, rows=rows)
+
+
 def per_group_view(report) -> dict:
     """What a report says group by group: histograms, stuck questions, the per-question table."""
     return {"histograms": report.histograms, "flagged": list(report.flagged_questions), "tables": report.tables}
@@ -95,10 +102,12 @@ def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
     cfg = dict(group_size=G, std_convention="population", strict=True, repro_dir=str(outdir / "repro"))
     if name == "deferred_breach":
         cfg["defer_checks"] = True
-    if name == "global":
+    if name in ("global", "weights_global"):
         cfg["rollout_scope"] = "global"
     if name == "questions":
         cfg.update(table_every=1, stuck_after=1)
+    if name.startswith("weights"):
+        cfg["loss_aggregation"] = "token_mean"
     sinks = [JSONLSink(outdir / f"{name}-rank{rank}.jsonl")]
     if name == "late_init":  # built before the process group exists
         mon = GRPOMonitor(MonitorConfig(**cfg), sinks=sinks)
@@ -120,7 +129,16 @@ def scenario(name: str, rank: int, world: int, outdir: Path) -> dict:
             if name == "token_breach" and rank == 1 and step == 1:
                 data["token_adv"][:, -1] += 1.0  # advantage not constant along rows
             with_tokens = tokens and data["rewards"].numel() > 0 and not (name == "tokens_rank0" and rank == 1)
-            observe(mon, data, with_tokens, questions(step, rank) if name == "questions" else None)
+            if name == "weights":  # each rank's own loss; the token-weight shares are over every rank's rows
+                mon.observe_rollout(data["rewards"], advantages=data["advantages"])
+                observe_weights(mon, data)
+            elif name == "weights_global":  # every rank holds the gathered rollout; its loss rows index into it
+                full = union(step, world)
+                mon.observe_rollout(full["rewards"], advantages=full["advantages"])
+                b = data["mask"].shape[0]
+                observe_weights(mon, data, rows=torch.arange(b) + rank * b)
+            else:
+                observe(mon, data, with_tokens, questions(step, rank) if name == "questions" else None)
             report = mon.end_step()
             out["metrics"].append(report.metrics)
             out["per_group"].append(per_group_view(report))

@@ -9,9 +9,21 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 from dist_helpers import run_ranks
-from dist_worker import WORLD_SIZE_DEFAULT, has_tokens, observe, per_group_view, union, union_questions
+from dist_worker import (
+    GROUPS_PER_RANK,
+    WORLD_SIZE_DEFAULT,
+    G,
+    has_tokens,
+    observe,
+    observe_weights,
+    per_group_view,
+    shard,
+    union,
+    union_questions,
+)
 from grpo_monitor import GRPOMonitor, MonitorConfig
 
 CLEAN = ("late_init", "local_shards", "global", "empty_shard", "tokens_rank0", "questions")
@@ -22,7 +34,7 @@ BREACHES = ("eager_breach", "deferred_breach", "token_breach")
 def launch(tmp_path_factory):
     """Every scenario on 2 ranks: (per-rank results keyed by scenario, output folder)."""
     outdir = tmp_path_factory.mktemp("dist")
-    return run_ranks(",".join(CLEAN + BREACHES), outdir, timeout=120), outdir
+    return run_ranks(",".join(CLEAN + BREACHES + ("weights", "weights_global")), outdir, timeout=120), outdir
 
 
 def single_process_reports(scenario: str) -> list:
@@ -68,6 +80,31 @@ def test_every_rank_gets_the_union_metrics(scenario, launch):
         assert len(got["metrics"]) == 2
         for step_metrics, ref in zip(got["metrics"], want, strict=True):
             assert_same_metrics(step_metrics, ref)
+
+
+@pytest.mark.parametrize("scenario", ["weights", "weights_global"])
+def test_weights_shares_are_over_every_ranks_rows(scenario, launch):
+    """Each rank's own token-mean loss: every rank reports the grpo/weights/ shares one process computes from the
+    ranks' shards as two micro-batches (each loss halved, as DDP's gradient average does), the check quiet; its
+    groups kept apart from the other rank's (local scope) or the same gathered groups (global scope)."""
+    results, _ = launch
+    mon = GRPOMonitor(MonitorConfig(group_size=G, std_convention="population", strict=True,
+                                    loss_aggregation="token_mean"))
+    want = []
+    for step in range(2):
+        data = union(step, WORLD_SIZE_DEFAULT)
+        mon.observe_rollout(data["rewards"], advantages=data["advantages"])
+        b = GROUPS_PER_RANK * G
+        for r in range(WORLD_SIZE_DEFAULT):
+            rows = torch.arange(b) + r * b
+            observe_weights(mon, shard(step, r, WORLD_SIZE_DEFAULT), rows=rows, share=1 / WORLD_SIZE_DEFAULT)
+        want.append({k: v for k, v in mon.end_step().metrics.items() if k.startswith("grpo/weights/")})
+    assert "grpo/weights/degenerate_share" in want[0] and "grpo/weights/effective_questions" in want[0]
+    for rank, res in enumerate(results):
+        got = res[scenario]
+        assert got["raised"] is None, f"rank {rank} raised {got['raised']}"
+        for step_metrics, ref in zip(got["metrics"], want, strict=True):
+            assert_same_metrics({k: v for k, v in step_metrics.items() if k.startswith("grpo/weights/")}, ref)
 
 
 @pytest.mark.parametrize("scenario", ["local_shards", "questions"])

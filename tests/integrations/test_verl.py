@@ -361,7 +361,7 @@ def test_sinks_auto_follows_trainer_logger(attached, tmp_path, capfd):
     assert [r["step"] for r in read_jsonl(path)] == [0]
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
                                   "seq-mean-token-sum-norm"])
 def test_loss_agg_mode_declared_and_driver_weights_derived(mode, tmp_path):
     """actor.loss_agg_mode declares the aggregation; the driver's weights are derived from response_mask."""

@@ -126,6 +126,32 @@ def test_declared_verl_mode_passes_and_a_wrong_one_is_loss_aggregation(mode):
     assert "measured w" in v.observed and "expected" in v.observed
 
 
+@pytest.mark.parametrize("factor, declared_factor", [(64, 64), (64, 4096)], ids=["same-factor", "other-factor"])
+def test_verl_fixed_loss_scale_factor_is_the_constant_normalizer(factor, declared_factor):
+    """verl's seq-mean-token-sum-norm with a fixed loss_scale_factor (Dr. GRPO), declared through
+    integrations.verl.loss_config: quiet with the factor agg_loss divides by, loss_aggregation with another."""
+    from grpo_monitor.integrations.verl import loss_config
+
+    rewards, adv, mask, order = _batch()
+    cfg = loss_config({"loss_agg_mode": "seq-mean-token-sum-norm", "loss_scale_factor": declared_factor})
+    mon = GRPOMonitor(MonitorConfig(group_size=G, strict=True, **cfg))
+    mon.observe_rollout(rewards, advantages=adv.reshape(B, G))
+    weight = torch.tensor(0.7, requires_grad=True)
+    for rows in order.chunk(MICRO):
+        logp = _logprobs(rows, torch.float32, weight)
+        loss = agg_loss(-adv[rows, None] * torch.exp(logp - logp.detach()), mask[rows], "seq-mean-token-sum-norm",
+                        global_batch_size=float(B * G), loss_scale_factor=factor)
+        mon.observe_loss(mask=mask[rows], advantages=adv[rows], logprobs=logp, loss=loss, rows=rows)
+    if factor == declared_factor:
+        report = mon.end_step()
+        assert report.metrics["grpo/weights/aggregation_id"] == AGGREGATIONS["constant_normalizer"].index
+        return
+    with pytest.raises(InvariantViolation) as err:
+        mon.end_step()
+    assert err.value.violations[0].invariant == "loss_aggregation"
+    assert "off constant_normalizer" in err.value.violations[0].observed
+
+
 def test_scope_is_checked_when_declared():
     """token-mean over the micro-batch is not token-mean over the step: a declared scope tells them apart."""
     _run("token-mean", "step", declared="token_mean", loss_scope="step")
