@@ -104,3 +104,21 @@ def test_a_replay_names_the_groups_as_the_live_check_did(tmp_path, ids):
     assert all(len(v.groups) == 2 for v in live) and live
     assert [(v.invariant, v.groups) for v in replay(live[0].repro_path).violations] == \
         [(v.invariant, v.groups) for v in live]
+
+
+def test_a_token_breach_says_its_file_holds_no_token_tensors(tmp_path):
+    """Token tensors are summed on the device, never kept: a mask breach's file holds the step's config and
+    rollouts, and its message says so instead of promising the offending tensors."""
+    mon = GRPOMonitor(MonitorConfig(group_size=G, repro_dir=str(tmp_path)))
+    mask = torch.ones(2 * G, 5)
+    mask[0, 0] = 0.5
+    rewards, adv, lengths = _whitened_batch()
+    mon.observe_rollout(torch.tensor(rewards[:2]), advantages=torch.tensor(ESTIMATORS["population"](
+        rewards[:2].reshape(-1), np.repeat(np.arange(2), G)).reshape(2, G)))
+    mon.observe_loss(mask=mask, logprobs=torch.zeros(2 * G, 5))
+    with pytest.raises(InvariantViolation) as info:
+        mon.end_step()
+    (v,) = info.value.violations
+    assert v.invariant == "mask_binary" and v.repro_path is not None
+    assert "no token tensors" in v.message() and "Offending tensors" not in v.message()
+    assert len(load_repro(v.repro_path)["rollouts"]) == 1

@@ -3,9 +3,10 @@
 The format is :class:`SavedRollout` (one per ``observe_rollout`` call: everything the live
 check used, token counts, reward components, group and question ids and the group layout
 included) plus the step, the config, the broken invariants and the estimator lock the run had
-reached (``FORMAT`` numbers it). Loading and
-replaying live in :mod:`grpo_monitor.repro.replay` (which imports the monitor; the monitor
-imports this module); both read the format from here.
+reached (``FORMAT`` numbers it). Token tensors are not in it: the monitor sums them on the
+device and keeps none, so a token-side breach's file holds the step's config and rollouts
+(its message says so). Loading and replaying live in :mod:`grpo_monitor.repro.replay` (which
+imports the monitor; the monitor imports this module); both read the format from here.
 """
 
 from __future__ import annotations
