@@ -136,3 +136,16 @@ def test_the_entry_point_integrations_share_one_attach_signature():
                         ("step_per_call", inspect.Parameter.KEYWORD_ONLY, True)], name
         assert inspect.signature(module.attach).return_annotation in (Attachment, "Attachment"), name
         assert all(callable(getattr(module, f)) for f in ("detach", "attached", "attach_from_env")), name
+
+
+def test_modules_and_functions_stay_short():
+    """The house limits (STYLE.md): a module at most 400 lines, a function at most 60 (the hard limit)."""
+    long_modules, long_functions = [], []
+    for name, (path, _) in _modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            long_modules.append(name)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{name}.{node.name}")
+    assert (long_modules, long_functions) == ([], [])
