@@ -140,7 +140,7 @@ def first_call(name: str, inputs) -> float:
     if name == "native":
         with tempfile.TemporaryDirectory() as cache:
             os.environ["GRPO_MONITOR_CACHE_DIR"] = cache
-            native_build._STATE["lib"] = None
+            native_build.unload()
             try:
                 t0 = time.perf_counter()
                 if not bk.NATIVE.accepts(inputs):

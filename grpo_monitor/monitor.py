@@ -4,7 +4,7 @@ A step, top to bottom (``end_step``):
 
 1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.step.sync`);
 2. ``found = self._check(synced)``: the invariants of what was synced (pure functions of
-   it in :mod:`grpo_monitor.step.checks`, plus the estimator lock);
+   it and the estimator lock in :mod:`grpo_monitor.step.checks`; the narrowed lock applied);
 3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
 4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
 5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
@@ -31,7 +31,7 @@ from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .step import inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
-from .step.checks import breached_promises, rollout_findings, token_violations
+from .step.checks import check_rollout, token_violations
 from .step.distributed import rank_and_world
 from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
@@ -205,17 +205,17 @@ class GRPOMonitor(NotCopyable):
     def _check(self, synced: SyncedStep) -> list[Violation]:
         """The invariants of what ``synced`` holds (:mod:`~grpo_monitor.step.checks` decides what counts).
 
-        The one stateful part is naming the estimator: the run's lock narrows (``RunState``);
-        the judgement is kept for the report and the checked rollout slice marked.
+        The checks are pure and return data; applied here: the run's estimator lock narrows
+        (``RunState.estimator``), the judgement is kept for the report, the checked slice marked.
         """
         found: list[Violation] = []
         if synced.has_rollout:
             rollout = synced.rollout
             assert rollout is not None, "synced.has_rollout"
-            judged = self._run.judge_estimator(rollout, synced.records, breached_promises(rollout))
-            found = rollout_findings(rollout, synced.records, judged, self.config, self.step)
-            if judged is not None:
-                self._acc.estimator = judged
+            checked = check_rollout(rollout, synced.records, self._run.estimator, self.config, self.step)
+            found, self._run.estimator = checked.found, checked.lock  # the lock narrows here, once
+            if checked.judged is not None:
+                self._acc.estimator = checked.judged
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)

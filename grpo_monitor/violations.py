@@ -46,7 +46,12 @@ class Violation:
             text += f"; first offending groups: {list(self.groups)}"
         if self.hint:
             text += f". Likely cause: {self.hint}"
-        if self.repro_path:
+        if self.repro_path and getattr(INVARIANTS.get(self.invariant), "side", None) == "tokens":
+            text += (  # the monitor sums token tensors on the device: none are kept to save
+                f". The step's config and rollouts (no token tensors: only their sums are kept) saved to "
+                f"{self.repro_path}; load with `grpo_monitor.load_repro({self.repro_path!r})`"
+            )
+        elif self.repro_path:
             text += (
                 f". Offending tensors saved to {self.repro_path}; reproduce with "
                 f"`grpo_monitor.load_repro({self.repro_path!r})`"

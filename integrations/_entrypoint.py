@@ -1,4 +1,4 @@
-"""What the OpenRLHF, SkyRL and AReaL integrations share: one wrapped advantage entry point.
+"""What the verl, OpenRLHF, SkyRL and AReaL integrations share: one wrapped advantage entry point.
 
 Each of these trainers computes a step's advantages in one function or method (the entry
 point). An attachment swaps it for a wrapper that reads the framework's view before the

@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from grpo_monitor.estimators import ESTIMATORS
+
 REPO = Path(__file__).resolve().parents[1]
 DOTTED = re.compile(r"\bgrpo_monitor(?:\.[A-Za-z_]\w*)+")
 FROM_IMPORT = re.compile(r"^\s*from\s+(grpo_monitor(?:\.\w+)*)\s+import\s+([\w ,]+)", re.M)
+IMPORT_AS = re.compile(r"^\s*import\s+(grpo_monitor(?:\.\w+)*)\s+as\s+(\w+)", re.M)
 
 
 def _texts() -> dict[str, str]:
@@ -27,16 +30,27 @@ def _texts() -> dict[str, str]:
 
 
 def documented_names() -> dict[str, str]:
-    """Dotted name -> the first file that mentions it."""
+    """Dotted name -> the first file that mentions it.
+
+    A name imported in a file (``from grpo_monitor.integrations import verl as grpo_verl``)
+    also stands for what the file reads from it: ``grpo_verl.attach`` is
+    ``grpo_monitor.integrations.verl.attach``.
+    """
     out: dict[str, str] = {}
     for where, text in _texts().items():
         for m in DOTTED.finditer(text):
             out.setdefault(m.group(0).rstrip("."), where)
+        bound = dict((alias, module) for module, alias in IMPORT_AS.findall(text))
         for module, names in FROM_IMPORT.findall(text):
             for item in names.split(","):
-                name = item.split(" as ")[0].strip()
+                name, _, alias = (x.strip() for x in item.partition(" as "))
                 if name.isidentifier():
                     out.setdefault(f"{module}.{name}", where)
+                    bound[alias or name] = f"{module}.{name}"
+        for alias, target in bound.items():
+            for attr in re.findall(rf"(?<![\w.'\"]){alias}((?:\.[A-Za-z_]\w*)+)", text):
+                if alias + attr not in ESTIMATORS:  # `areal.grpo` in prose is an estimator, not a name of areal
+                    out.setdefault(target + attr.rstrip("."), where)
     return out
 
 
@@ -51,7 +65,8 @@ def resolve(dotted: str) -> object:
                 raise  # a dependency is missing, not the name
             continue
         for attr in parts[cut:]:
-            obj = getattr(obj, attr)
+            fields = getattr(obj, "model_fields", {})  # a config field (pydantic keeps none on the class)
+            obj = fields[attr] if attr in fields else getattr(obj, attr)
         return obj
     raise ModuleNotFoundError(dotted)
 

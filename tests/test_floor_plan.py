@@ -116,3 +116,36 @@ def test_every_package_is_installed():
     found = {name for name, (_, is_pkg) in _modules().items() if is_pkg}
     assert "grpo_monitor.integrations" in found
     assert found - listed == set()
+
+
+def test_the_entry_point_integrations_share_one_attach_signature():
+    """verl, OpenRLHF, SkyRL and AReaL attach alike: attach(monitor | None, *, config=, sinks=, step_per_call=),
+    on the one Attachment of integrations/_entrypoint.py."""
+    import importlib
+    import inspect
+
+    from grpo_monitor.integrations._entrypoint import Attachment
+
+    for name in ("verl", "openrlhf", "skyrl", "areal"):
+        module = importlib.import_module(f"grpo_monitor.integrations.{name}")
+        params = inspect.signature(module.attach).parameters
+        head = [(p.name, p.kind, p.default) for p in list(params.values())[:4]]
+        assert head == [("monitor", inspect.Parameter.POSITIONAL_OR_KEYWORD, None),
+                        ("config", inspect.Parameter.KEYWORD_ONLY, None),
+                        ("sinks", inspect.Parameter.KEYWORD_ONLY, "auto"),
+                        ("step_per_call", inspect.Parameter.KEYWORD_ONLY, True)], name
+        assert inspect.signature(module.attach).return_annotation in (Attachment, "Attachment"), name
+        assert all(callable(getattr(module, f)) for f in ("detach", "attached", "attach_from_env")), name
+
+
+def test_modules_and_functions_stay_short():
+    """The house limits (STYLE.md): a module at most 400 lines, a function at most 60 (the hard limit)."""
+    long_modules, long_functions = [], []
+    for name, (path, _) in _modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > 400:
+            long_modules.append(name)
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{name}.{node.name}")
+    assert (long_modules, long_functions) == ([], [])

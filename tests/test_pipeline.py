@@ -40,3 +40,27 @@ def test_a_failing_step_reports_its_ledger_and_question_metrics(defer, recording
     assert failing.metrics["grpo/sampling/total_generated_groups"] == 9.0
     assert failing.metrics["grpo/invariants/violations"] >= 1
     assert failing.histograms.keys() == healthy.histograms.keys()
+
+
+def test_the_rollout_check_returns_the_narrowed_lock_and_leaves_the_given_one_alone():
+    """check_rollout is pure: the lock it is given keeps its state; the lock it returns is the one the
+    monitor's run ends up with after the same steps (population, then Bessel: the change is found)."""
+    from grpo_monitor.estimators.judge import EstimatorJudge
+    from grpo_monitor.step import observe
+    from grpo_monitor.step.accumulator import ROLLOUT
+    from grpo_monitor.step.checks import check_rollout
+
+    cfg = MonitorConfig(group_size=G, on_violation="ignore")
+    lock, mon = EstimatorJudge(cfg), GRPOMonitor(cfg)
+    for step, adv in enumerate([ADV, ADV, advantages(R, "bessel", 1e-6)]):
+        vec, record = observe.rollout_input(cfg, R, advantages=adv)
+        before = lock.state_dict()
+        checked = check_rollout(ROLLOUT.to_dict(vec.tolist()), [record], lock, cfg, step)
+        assert lock.state_dict() == before
+        lock = checked.lock
+        mon.observe_rollout(R, advantages=adv)
+        report = mon.end_step()
+        assert [v.invariant for v in checked.found] == [v.invariant for v in report.violations]
+        assert checked.judged is not None and checked.judged.name == report.estimator
+        assert lock.state_dict() == mon.state_dict()["conventions"]
+    assert [v.invariant for v in checked.found] == ["convention"]

@@ -132,8 +132,8 @@ def _advantages() -> list[Metric]:
         _m("grpo/adv/values", "advantage units", ROWS, "one histogram per step", "Finite advantages of up to "
            "1,024 rows sampled evenly; a shape other than a symmetric spread around 0 means a broken estimator.",
            kind="histogram", **adv),
-        _m("grpo/convention", "name", FIT, "last", "Name of the fitted convention, in the W&B run summary "
-           "(None when none fits).", kind="text", **adv),
+        _m("grpo/convention", "name", FIT, "last", "Name of the estimator in use (StepReport.estimator; the key "
+           "keeps its 0.1 name), in the W&B run summary (None when none is named).", kind="text", **adv),
     ]
 
 

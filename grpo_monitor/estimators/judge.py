@@ -19,6 +19,7 @@ as the classic lock is.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Sequence
 from typing import Any
@@ -82,6 +83,17 @@ class EstimatorJudge:
         self.conventions = ConventionTracker(device_config)
         self.replayed: tuple[str, ...] | None = None  # "auto": registry entries fitting every step so far
         self.locked: str | None = None  # "auto": the name reported so far
+
+    def judged(self, rollout: dict[str, float], records: Sequence[Any], breached: frozenset[str] = frozenset()
+               ) -> tuple[Judgement | None, EstimatorJudge]:
+        """:meth:`judge` without changing this lock: the judgement and the lock it narrows to (a new judge).
+
+        Every change :meth:`judge` makes rebinds an attribute (``candidates``, ``replayed``,
+        ``locked``), so shallow copies of this judge and its tracker are a lock of their own.
+        """
+        after = copy.copy(self)
+        after.conventions = copy.copy(self.conventions)
+        return after.judge(rollout, records, breached), after
 
     def judge(self, rollout: dict[str, float], records: Sequence[Any], breached: frozenset[str] = frozenset()
               ) -> Judgement | None:

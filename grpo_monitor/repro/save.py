@@ -1,14 +1,17 @@
 """Save the tensors of a breach so it can be reproduced offline, in the one repro file format.
 
 The format is :class:`SavedRollout` (one per ``observe_rollout`` call: everything the live
-check used, token counts and question ids included) plus the step, the config, the broken
-invariants and the estimator lock the run had reached (``FORMAT`` numbers it). Loading and
-replaying live in :mod:`grpo_monitor.repro.replay` (which imports the monitor; the monitor
-imports this module); both read the format from here.
+check used, token counts, reward components, group and question ids and the group layout
+included) plus the step, the config, the broken invariants and the estimator lock the run had
+reached (``FORMAT`` numbers it). Token tensors are not in it: the monitor sums them on the
+device and keeps none, so a token-side breach's file holds the step's config and rollouts
+(its message says so). Loading and replaying live in :mod:`grpo_monitor.repro.replay` (which
+imports the monitor; the monitor imports this module); both read the format from here.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import warnings
@@ -19,10 +22,12 @@ from typing import Any
 import torch
 
 from ..config import MonitorConfig
+from ..step.inputs import plain_state
 from .private_files import create_private_file, user_private_dir
 
-#: Version of the repro file format (2: lengths, question ids and the estimator lock saved).
-FORMAT = 2
+#: Version of the repro file format (2: lengths, question ids and the estimator lock saved;
+#: 3: reward components and weights, the group ids as given and the block layout).
+FORMAT = 3
 
 
 def repro_dir(config: MonitorConfig) -> str:
@@ -43,33 +48,60 @@ def repro_dir(config: MonitorConfig) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class SavedRollout:
-    """One ``observe_rollout`` call as saved: the arguments the live check was given, on the CPU."""
+    """One ``observe_rollout`` call as saved: the arguments the live check was given, on the CPU.
+
+    ``group_labels`` are the group ids as given (plain values; ``labelled`` marks files that
+    keep them, format 3), so a replay names the groups as the live check did; ``blocks`` is
+    ``G`` when the rows were contiguous groups of ``G`` (``(B, G)`` rewards or
+    ``config.group_size``), so a replay reduces them the same way.
+    """
 
     rewards: torch.Tensor
     group_index: torch.Tensor
-    group_labels: list[str]
+    group_labels: list[Any]
     advantages: torch.Tensor | None
     lengths: torch.Tensor | None = None
-    question_ids: list[str] | None = None
+    question_ids: list[Any] | None = None
+    components: torch.Tensor | None = None  # (N, K) reward components: a multi-reward estimator's inputs
+    weights: tuple[float, ...] | None = None
+    blocks: int | None = None
+    labelled: bool = False
 
     @staticmethod
     def of(record: Any) -> SavedRollout:
-        """From an accumulator's ``RolloutRecord``."""
+        """From an accumulator's ``RolloutRecord`` (block layouts label their groups with a ``range``)."""
+        n, labels = len(record.rewards), record.labels
         return SavedRollout(
             rewards=record.rewards.detach().cpu(), group_index=record.gid.detach().cpu(),
-            group_labels=[str(x) for x in record.labels], advantages=_cpu(record.advantages),
+            group_labels=plain_state(list(labels)), advantages=_cpu(record.advantages),
             lengths=_cpu(record.lengths),
-            question_ids=None if record.questions is None else [str(q) for q in record.questions],
+            question_ids=None if record.questions is None else plain_state(list(record.questions)),
+            components=_cpu(record.components), weights=record.weights,
+            blocks=n // len(labels) if isinstance(labels, range) and len(labels) else None, labelled=True,
         )
 
     def observe_args(self) -> dict[str, Any]:
         """The keyword arguments that feed it to ``GRPOMonitor.observe_rollout`` again (rewards included)."""
-        return dict(rewards=self.rewards, group_ids=self.group_index, advantages=self.advantages,
-                    lengths=self.lengths)
+        args = dict(advantages=self.advantages, lengths=self.lengths, question_ids=self.question_ids,
+                    reward_components=self.components, reward_weights=self.weights)
+        if self.blocks:
+            return dict(args, rewards=self.rewards.reshape(-1, self.blocks))
+        return dict(args, rewards=self.rewards, group_ids=self._group_ids())
+
+    def _group_ids(self) -> Any:
+        """Ids whose factorization gives back ``group_index`` and ``group_labels`` as the live check had them."""
+        if not self.labelled:  # format 1 and 2: labels were saved as strings
+            return self.group_index
+        per_row = [self.group_labels[g] for g in self.group_index.tolist()]
+        ints = all(type(x) is int for x in self.group_labels)
+        if ints and self.group_labels == sorted(self.group_labels):  # a tensor of ids: unique sorts them
+            return torch.tensor(per_row, dtype=torch.int64)
+        return per_row  # a list of ids: numbered in order of first appearance
 
     @staticmethod
     def load(saved: dict[str, Any]) -> SavedRollout:
-        """From the plain dict a file holds (format 1 files have no lengths or question ids)."""
+        """From the plain dict a file holds (format 1 files have no lengths or question ids, format 2 no
+        reward components and group ids as strings)."""
         fields = {f.name for f in dataclasses.fields(SavedRollout)}
         return SavedRollout(**{k: v for k, v in saved.items() if k in fields})
 
@@ -112,10 +144,13 @@ def _write_new(folder: Path, stem: str, payload: dict[str, Any]) -> str:
             fd = create_private_file(path)
         except FileExistsError:
             continue
+        f = os.fdopen(fd, "wb")
         try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(payload, f)
+            torch.save(payload, f)
+            f.close()
         except BaseException:
+            with contextlib.suppress(OSError):  # flushing the rest fails too: the first failure is the one named
+                f.close()
             path.unlink(missing_ok=True)
             raise
         return str(path)

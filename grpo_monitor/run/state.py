@@ -3,9 +3,10 @@
 The per-question history, the run totals of the retry ledger, the violation counts and
 the estimator lock are the monitor's only memory between steps. ``update`` folds a
 finished step in (once per step, at its end, a failing step included) and returns the
-metrics that memory yields; ``judge_estimator`` names a checked rollout's estimator and
-narrows the lock. Both are explicit calls in :class:`~grpo_monitor.monitor.GRPOMonitor`;
-nothing else mutates this state, and :meth:`state_dict` saves all of it.
+metrics that memory yields; the estimator lock is replaced by the narrowed one the check
+stage returns (:func:`grpo_monitor.step.checks.check_rollout`). Both are explicit in
+:class:`~grpo_monitor.monitor.GRPOMonitor`; nothing else mutates this state, and
+:meth:`state_dict` saves all of it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from ..config import MonitorConfig
-from ..estimators.judge import EstimatorJudge, Judgement
+from ..estimators.judge import EstimatorJudge
 from ..step.accumulator import HostGroups
 from ..step.inputs import plain_state
 from .questions import QuestionTracker
@@ -56,11 +57,6 @@ class RunState:
         self.estimator = EstimatorJudge(config)
         self.totals: dict[str, float] = {}  # _TOTALS summed over the run (absent: 0)
         self.counts: Counter[str] = Counter()
-
-    def judge_estimator(self, rollout: dict[str, float], records: Sequence[Any],
-                        breached: frozenset[str] = frozenset()) -> Judgement | None:
-        """Name the estimator of a checked rollout slice and narrow the lock across steps."""
-        return self.estimator.judge(rollout, records, breached)
 
     def redeclare(self, config: MonitorConfig) -> None:
         """A newly declared estimator: a fresh lock, the rest of the memory kept."""

@@ -73,8 +73,8 @@ class ConsoleSink(Sink):
     @staticmethod
     def _title(report: StepReport) -> str:
         title = f"grpo-monitor step {report.step}"
-        if report.convention:
-            title += f" (convention: {report.convention})"
+        if report.estimator:
+            title += f" (estimator: {report.estimator})"
         return title + (" - RUN STOPPED BY A BREACH" if report.failed else "")
 
     def _print_plain(self, report: StepReport, file: IO[str]) -> None:

@@ -4,7 +4,8 @@
    :mod:`.observe` turns each observe call's checked arguments into what the accumulator keeps;
 2. :mod:`.accumulator`: device-side sums of each observe call, no host sync;
 3. :mod:`.sync` (over :mod:`.distributed`): one collective and one host copy into a frozen ``SyncedStep``;
-4. :mod:`.checks`: pure; the synced step's violations and the estimator judgement, as data;
+4. :mod:`.checks`: pure; the synced step's violations, the estimator judgement and the narrowed
+   estimator lock, as data (the monitor applies them);
 5. :mod:`.metrics`: pure; the synced step's metric values and its ``StepReport``;
 6. :mod:`.guard`: fail-open for the monitor's own faults around every public call; :mod:`.policy`: what a
    violation does under ``on_violation`` (raise with its repro file, warn, nothing);

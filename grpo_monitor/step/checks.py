@@ -1,9 +1,10 @@
 """Checks: from what a step synced to :class:`Violation` records. Pure functions, host side.
 
-:func:`rollout_findings` decides what counts: the estimator's promises filter the device-side
-breaches, pass@k estimators get their own check, and a ``convention`` finding is added only
-when no structural breach already explains the misfit (the root-cause rule). The monitor
-names the estimator (the run's lock is its state) and applies what these return.
+:func:`check_rollout` judges a synced rollout's estimator against the run's lock and returns
+the violations, the judgement and the narrowed lock as data (:class:`RolloutCheck`); the
+monitor applies them. :func:`rollout_findings` decides what counts: the estimator's promises
+filter the device-side breaches, pass@k estimators get their own check, and a ``convention``
+finding is added only when no structural breach already explains the misfit (the root-cause rule).
 
 The per-step path only moves counts; the observed values and the first offending group
 ids are read from the rollout's per-group tensors when a count is nonzero (the breach
@@ -22,12 +23,29 @@ import torch
 
 from ..catalog.invariants import DEVICE_PROMISES, GROUP_INVARIANTS, INVARIANTS, ROOT_CAUSES
 from ..config import MonitorConfig
-from ..estimators.judge import Judgement
+from ..estimators.judge import EstimatorJudge, Judgement
 from ..stats.rollout import RolloutDetail
 from ..violations import Violation
 
 _MAX_GROUPS = 5
 _RESIDUE_ULPS = 4.0  # a float32 mean of G equal values is off by at most ~G/2 ulp; 4 G is the slack
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutCheck:
+    """What checking one synced rollout slice found: its violations, the estimator judgement (None: no
+    live group carries advantages) and the run's estimator lock after it (the one given is unchanged)."""
+
+    found: list[Violation]
+    judged: Judgement | None
+    lock: EstimatorJudge
+
+
+def check_rollout(rollout: dict[str, float], records: Sequence, lock: EstimatorJudge, config: MonitorConfig,
+                  step: int) -> RolloutCheck:
+    """Judge the rollout's estimator under the run's ``lock`` and decide what counts (:func:`rollout_findings`)."""
+    judged, after = lock.judged(rollout, records, breached_promises(rollout))
+    return RolloutCheck(rollout_findings(rollout, records, judged, config, step), judged, after)
 
 
 def breached_promises(rollout: dict[str, float]) -> frozenset[str]:

@@ -18,7 +18,7 @@ def test_prints_key_metrics_and_violations(make_report, make_violation, use_rich
     sink = ConsoleSink(every=10, file=out, use_rich=use_rich)
     sink.log_report(make_report(0, violations=[make_violation(0)], failed=True))
     text = " ".join(out.getvalue().split())  # rich wraps long lines
-    assert "grpo-monitor step 0 (convention: population)" in text
+    assert "grpo-monitor step 0 (estimator: population)" in text
     assert "RUN STOPPED BY A BREACH" in text
     for label in ("degenerate rate", "degenerate rate (iid)", "KL k3 mean", "violations"):
         assert label in text

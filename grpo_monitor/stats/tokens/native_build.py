@@ -56,6 +56,12 @@ def loaded() -> bool:
     return _library() is not None
 
 
+def unload() -> None:
+    """Forget the loaded library: the next token pass loads it again from :func:`cache_dir`, or builds it
+    there when that folder has none (``benchmarks/bench_loss.py`` times a cold build this way)."""
+    _STATE["lib"] = None
+
+
 def token_stats(x: TokenInputs) -> torch.Tensor | None:
     """The float64 statistics vector of ``x`` laid out by ``TOKEN_FIELDS``, or ``None`` without a library.
 
