@@ -134,6 +134,8 @@ _END = r"(?:the last tenth|the last step|step (?P<s2>\d+) \(the last that logged
 SHAPES = {
     "went": rf"(?P<label>.+?) went from (?P<a>{NUM}) (?:in|at) {_START} to (?P<b>{NUM}) (?:in|at) {_END}",
     "stayed": rf"(?P<label>.+?) stayed at (?P<a>{NUM}) from {_START} to {_END}",
+    "back": rf"(?P<label>.+?) was (?P<a>{NUM}) (?:in|at) {_START} and (?:in|at) {_END}, "
+            rf"ranging from (?P<lo>{NUM}) to (?P<hi>{NUM}) over the run",
     "partial": rf"(?P<label>.+?) was (?P<a>{NUM}) in the (?P<which>first|last) tenth(?: of the run)? "
                r"\(not logged in .+\)",
     "only": rf"(?P<label>.+?) was (?P<a>{NUM}) at step (?P<s>\d+), the only step that logged it",
@@ -183,6 +185,21 @@ def _went(log: Log, m: re.Match) -> None:
     assert close(m["a"], first) and close(m["b" if "b" in m.re.groupindex else "a"], last), (m[0], first, last)
     assert m["s1"] is None or (len(log.steps) < 10 and int(m["s1"]) == logged[0]), m[0]
     assert m["s2"] is None or (len(log.steps) < 10 and int(m["s2"]) == logged[-1] != log.steps[-1]), m[0]
+
+
+def _stayed(log: Log, m: re.Match) -> None:
+    """"stayed at A": the ends read A and so does every logged value in between."""
+    _went(log, m)
+    values = _values(log, m["label"])
+    assert all(close(m["a"], v) for v in values[np.isfinite(values)]), (m[0], values)
+
+
+def _back(log: Log, m: re.Match) -> None:
+    """"was A at the start and at the end, ranging from L to H": the ends read A, L and H are the extremes."""
+    _went(log, m)
+    values = _values(log, m["label"])
+    finite = values[np.isfinite(values)]
+    assert close(m["lo"], float(finite.min())) and close(m["hi"], float(finite.max())) and m["lo"] != m["hi"], m[0]
 
 
 def _partial(log: Log, m: re.Match) -> None:
@@ -271,7 +288,7 @@ def _no_truncation(log: Log, m: re.Match) -> None:
     assert not np.isfinite(log.series("grpo/rows/truncated_rate")).any()
 
 
-CHECKS = {"went": _went, "stayed": _went, "partial": _partial, "only": _only, "every": _every, "peak": _peak,
+CHECKS = {"went": _went, "stayed": _stayed, "back": _back, "partial": _partial, "only": _only, "every": _every, "peak": _peak,
           "single": _single, "groups": _groups, "over_run": _over_run, "colour": _colour, "convention": _convention,
           "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped, "no_iid": _no_iid,
           "no_truncation": _no_truncation}
@@ -390,6 +407,41 @@ def test_the_checker_catches_a_contradiction(tmp_path, mutation):
         bad = re.sub(r"(The mean reward went from )(\d\.\d+)", lambda m: m[1] + f"{float(m[2]) + 0.002:.3f}", page)
     else:
         bad = page.replace("</figcaption>", " It rises as questions saturate.</figcaption>", 1)
+    assert bad != page
+    with pytest.raises(AssertionError):
+        check_page(bad, log)
+
+
+def _there_and_back(log: Path) -> Path:
+    """3 steps of 2 groups of G=4 whose degenerate rate goes 0%, 50%, 0% (a constant group at step 1 only)."""
+    import torch
+
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+    from grpo_monitor.sinks import JSONLSink
+
+    monitor = GRPOMonitor(MonitorConfig(group_size=4, std_convention="population"), sinks=[JSONLSink(log)])
+    for step in range(3):
+        rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0] if step == 1 else [0.0, 1.0, 1.0, 1.0]],
+                               dtype=torch.float64)
+        std = rewards.std(1, keepdim=True, correction=0)
+        monitor.observe_rollout(rewards, advantages=(rewards - rewards.mean(1, keepdim=True)) / (std + 1e-6))
+        monitor.end_step()
+    monitor.close()
+    return log
+
+
+def test_equal_ends_around_a_move_do_not_read_stayed(tmp_path):
+    """A rate at 0% at the first and the last step and 50% between is not "stayed at 0.0%": the caption names the
+    range, and the checker refuses the "stayed" wording for it."""
+    log = _there_and_back(tmp_path / "monitor.jsonl")
+    page = build_report(log).read_text()
+    check_page(page, log)
+    said = ("The degenerate rate of the training batch was 0.0% at the first step and at the last step, ranging "
+            "from 0.0% to 50.0% over the run.")
+    assert said in captions(page)["degenerate"], captions(page)["degenerate"]
+    bad = page.replace(said[:-1].split(" was ")[0] + " was 0.0% at the first step and at the last step, ranging "
+                       "from 0.0% to 50.0% over the run",
+                       "The degenerate rate of the training batch stayed at 0.0% from the first step to the last step")
     assert bad != page
     with pytest.raises(AssertionError):
         check_page(bad, log)
