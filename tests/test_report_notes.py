@@ -71,3 +71,29 @@ def test_every_figure_gets_a_note_for_every_integration(integration):
         assert text and "{" not in text and "None" not in text, (spec.name, integration, text)
         if integration == "api":
             assert text.startswith("logged when you call observe_"), (spec.name, text)
+
+
+@pytest.mark.parametrize("integration", sorted(INTEGRATIONS))
+def test_caption_asides_follow_the_integration(integration):
+    """What a drawn figure's caption says is missing (the iid prediction, the truncation line) is worded for the
+    run's integration: the plain API's observe_rollout only for the plain API."""
+    for key in ("grpo/groups/degenerate_rate_iid", "grpo/rows/truncated_rate"):
+        text = advice(key, integration, {})
+        assert text and "{" not in text and "None" not in text, (key, integration, text)
+        assert ("observe_rollout" in text) == (integration == "api"), (key, integration, text)
+
+
+def test_a_trl_logs_degenerate_caption_names_trl(tmp_path):
+    """A log declared by the TRL integration, with no iid prediction: its degenerate caption speaks of TRL's reward
+    functions, not of observe_rollout."""
+    from grpo_monitor.reporting import build_report
+    from test_report_captions import captions
+
+    log = tmp_path / "monitor.jsonl"
+    monitor = GRPOMonitor(MonitorConfig(group_size=2), sinks=[JSONLSink(log)])
+    monitor.declare_integration("trl", {"beta": 0.0})
+    _steps(monitor, 2)
+    monitor.close()
+    said = captions(build_report(log).read_text())["degenerate"]
+    assert "This log has no iid prediction: " + NO_DATA[("grpo/groups/overdispersion", "trl")] + "." in said, said
+    assert not [s for s in said if "observe_" in s], said

@@ -14,6 +14,7 @@ import numpy as np
 
 from .data import RunData
 from .facts import change, degenerate_check, peak, plural, sentences
+from .notes import advice
 from .plots import convention_index, group_size, question_std_matrix
 
 _RATE, _SMALL = "{:.1%}", "{:.2e}"
@@ -21,6 +22,11 @@ _RATE, _SMALL = "{:.1%}", "{:.2e}"
 
 def _change(run: RunData, label: str, key: str, fmt: str) -> str | None:
     return change(run.steps, label, run.series(key), fmt, key)
+
+
+def _advice(run: RunData, key: str) -> str:
+    """What the run's integration sets to log ``key`` (:func:`.notes.advice`), for a caption's missing part."""
+    return advice(key, run.integration, run.settings)
 
 
 def degenerate(run: RunData) -> str:
@@ -36,8 +42,7 @@ def degenerate(run: RunData) -> str:
     parts += [_change(run, "the degenerate rate of the training batch", "grpo/groups/degenerate_rate", _RATE),
               _change(run, "the iid prediction for the training batch", "grpo/groups/degenerate_rate_iid", _RATE)]
     if not run.has("grpo/groups/degenerate_rate_iid") and not run.has("grpo/sampling/degenerate_rate_iid"):
-        parts.append("This log has no iid prediction: the monitor makes one when observe_rollout gets question_ids "
-                     "and every reward is 0 or 1")
+        parts.append(f"This log has no iid prediction: {_advice(run, 'grpo/groups/degenerate_rate_iid')}")
     check = degenerate_check(run)
     if check is not None:
         parts.append(check.short())
@@ -212,8 +217,7 @@ def split(run: RunData) -> str:
              _change(run, "the share of other degenerate groups", "grpo/groups/degenerate_other_rate", _RATE),
              _change(run, "the truncated-row rate", "grpo/rows/truncated_rate", _RATE)]
     if not run.has("grpo/rows/truncated_rate"):
-        parts.append("This log has no truncation rate: observe_rollout logs it with truncated= (or lengths= and "
-                     "MonitorConfig(max_response_length=...))")
+        parts.append(f"This log has no truncation rate: {_advice(run, 'grpo/rows/truncated_rate')}")
     return sentences(parts)
 
 
