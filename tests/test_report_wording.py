@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -45,3 +46,49 @@ def test_equal_ends_around_a_move_do_not_read_stayed(tmp_path):
     assert bad != page
     with pytest.raises(AssertionError):
         check_page(bad, log)
+
+
+def _weighted_loop(log: Path, steps: int = 3) -> Path:
+    """A plain loop of 4 groups of G=4 whose loss weights are derived from a declared token_mean aggregation."""
+    import torch
+
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+    from grpo_monitor.sinks import JSONLSink
+
+    gen = torch.Generator().manual_seed(0)
+    monitor = GRPOMonitor(MonitorConfig(group_size=4, std_convention="population", loss_aggregation="token_mean"),
+                          sinks=[JSONLSink(log)])
+    for _ in range(steps):
+        rewards = (torch.rand(4, 4, generator=gen, dtype=torch.float64) < 0.5).double()
+        std = rewards.std(1, keepdim=True, correction=0)
+        adv = (rewards - rewards.mean(1, keepdim=True)) / (std + 1e-6)
+        monitor.observe_rollout(rewards, advantages=adv, question_ids=[0, 1, 2, 3])
+        lengths = torch.randint(3, 9, (16,), generator=gen)
+        mask = (torch.arange(8)[None, :] < lengths[:, None]).double()
+        monitor.observe_loss(mask=mask, advantages=adv.reshape(-1, 1) * mask,
+                             logprobs=-torch.rand(16, 8, generator=gen, dtype=torch.float64))
+        monitor.end_step()
+    monitor.close()
+    return log
+
+
+def test_weights_figure_ticks_read_as_plain_numbers(tmp_path):
+    """The loss-weights figure: log axes labelled 3, 0.5 (no 4x10^0 or 6e-01), whole questions on the count axis,
+    and the legend above every bar."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from grpo_monitor.reporting import FIGURES, load_run
+
+    run = load_run(_weighted_loop(tmp_path / "monitor.jsonl"))
+    fig = next(f for f in FIGURES if f.name == "weights").draw(run)
+    assert fig is not None, "no weights figure"
+    FigureCanvasAgg(fig).draw()
+    left, right = fig.axes[:2]
+    labels = [t.get_text() for axis in (left.xaxis, left.yaxis) for t in axis.get_ticklabels(which="both")]
+    shown = [t for t in labels if t]
+    assert len(shown) >= 4 and all(re.fullmatch(r"\d+(\.\d+)?", t) for t in shown), shown
+    counts = [t.get_text().replace("\u2212", "-") for t in right.yaxis.get_ticklabels() if t.get_text()]
+    assert counts and all(re.fullmatch(r"\d+", t) for t in counts), counts
+    legend = right.get_legend().get_window_extent()
+    bars = [p.get_window_extent() for p in right.patches if p.get_height() > 0]
+    assert bars and not [b for b in bars if b.overlaps(legend)], "the legend covers a bar"

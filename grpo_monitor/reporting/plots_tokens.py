@@ -73,6 +73,19 @@ def _pooled(run: RunData, key: str) -> list[list[float]]:
     return [h for h in run.histograms.get(key, []) if h]
 
 
+def _plain_log_ticks(ax) -> None:
+    """Log axes labelled with plain numbers (``4``, ``0.5``), minor ticks too on a narrow range, not ``4x10^0``."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):  # the ticks LogFormatter labels, written as plain numbers
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(Plain())
+        axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+
+
 def draw_weights(run: RunData):
     """Weight per unit |advantage| against response length (log-log, every step pooled) with the slope the
     fitted aggregation predicts, and the per-question shares of the update."""
@@ -84,6 +97,7 @@ def draw_weights(run: RunData):
     if not lengths:
         return None
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     fig = Figure(figsize=(9.0, 3.2), dpi=100, layout="constrained")
     left, right = fig.subplots(1, 2)
@@ -100,6 +114,7 @@ def draw_weights(run: RunData):
         left.plot(grid, scale * grid ** slope, color=RED, label=f"{name}: weight ~ length^{slope:g}")
     left.set_xscale("log")
     left.set_yscale("log")
+    _plain_log_ticks(left)
     centre = float(np.exp(np.mean(np.log(y))))
     left.set_ylim(min(y.min(), centre) / 4, max(y.max(), centre) * 4)  # float noise on a flat line stays flat
     left.set_xlabel("response length (valid tokens)")
@@ -109,10 +124,12 @@ def draw_weights(run: RunData):
     shares = _pooled(run, "grpo/weights/question_share")
     if shares:
         pooled = np.concatenate([np.asarray(v, float) for v in shares])
-        right.hist(pooled, bins=30, color=GREEN, alpha=0.8)
+        counts, _, _ = right.hist(pooled, bins=30, color=GREEN, alpha=0.8)
         even = 1.0 / np.median([len(v) for v in shares])
         right.axvline(even, color=ORANGE, label=f"equal shares: {even:.3g}")
-        right.legend(fontsize=8)
+        right.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of questions
+        right.set_ylim(0, max(1.0, float(np.max(counts))) * 1.3)  # headroom: the legend covers no bar
+        right.legend(fontsize=8, loc="upper right")
     right.set_xlabel("a question's share of the step's |weight|")
     right.set_ylabel("questions (all steps)")
     right.set_title("Per-question weight", fontsize=10)
