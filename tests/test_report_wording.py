@@ -92,3 +92,28 @@ def test_weights_figure_ticks_read_as_plain_numbers(tmp_path):
     legend = right.get_legend().get_window_extent()
     bars = [p.get_window_extent() for p in right.patches if p.get_height() > 0]
     assert bars and not [b for b in bars if b.overlaps(legend)], "the legend covers a bar"
+
+
+@pytest.mark.parametrize("steps", [1, 3, 12], ids=["1-step", "3-steps", "12-steps"])
+def test_demo_summary_heads_its_columns_as_the_report(tmp_path, steps):
+    """The demo's printed table is headed with the report's start/end wording for the same steps (one column for
+    1 step), every value right-aligned under its header, and "1 step", not "1 steps"."""
+    import html
+
+    from grpo_monitor.demo import DemoConfig, run_demo
+    from grpo_monitor.demo.summary import summary_text
+
+    result = run_demo(DemoConfig(steps=steps), tmp_path, wandb=False, tensorboard=False, progress=False,
+                      report=False)
+    lines = summary_text(result).splitlines()
+    assert lines[0].startswith(f"grpo-monitor demo: {steps} step{'s' if steps > 1 else ''} in "), lines[0]
+    page = build_report(tmp_path / "monitor.jsonl").read_text()
+    table = re.search(r'<table id="summary">\s*<tr><th></th>(.*?)</tr>', page, flags=re.S)[1]
+    headers = [html.unescape(h).replace("\u2013", "-") for h in re.findall(r"<th>([^<]+)</th>", table)]
+    assert len(headers) == (1 if steps == 1 else 2)
+    ends = [lines[1].index(h) + len(h) for h in headers]  # each header's right edge
+    rows = lines[2:next(i for i, line in enumerate(lines) if line.startswith("Degenerate groups over"))]
+    assert len(rows) >= 5 and lines[1].split() == " ".join(headers).split(), (lines[1], headers)
+    for row in rows:
+        cells = [m.end() for m in re.finditer(r"(?<= )(n/a|[-+]?\d[\d.]*%?)(?=  |$)", row)][:len(headers)]
+        assert cells == ends, (row, ends)
