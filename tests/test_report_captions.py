@@ -153,6 +153,7 @@ SHAPES = {
     "stopped": r"The breach at step (?P<s>\d+) stopped the run \(X\)",
     "no_iid": r"This log has no iid prediction: .+",
     "no_truncation": r"This log has no truncation rate: .+",
+    "no_overdispersion": r"This log has no overdispersion: .+",
 }
 
 
@@ -288,10 +289,14 @@ def _no_truncation(log: Log, m: re.Match) -> None:
     assert not np.isfinite(log.series("grpo/rows/truncated_rate")).any()
 
 
+def _no_overdispersion(log: Log, m: re.Match) -> None:
+    assert not np.isfinite(log.series("grpo/groups/overdispersion")).any()
+
+
 CHECKS = {"went": _went, "stayed": _stayed, "back": _back, "partial": _partial, "only": _only, "every": _every,
           "peak": _peak, "single": _single, "groups": _groups, "over_run": _over_run, "colour": _colour,
           "convention": _convention, "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped,
-          "no_iid": _no_iid, "no_truncation": _no_truncation}
+          "no_iid": _no_iid, "no_truncation": _no_truncation, "no_overdispersion": _no_overdispersion}
 
 
 def degenerate_totals(log: Log) -> tuple[int, float, float]:

@@ -77,7 +77,7 @@ def test_every_figure_gets_a_note_for_every_integration(integration):
 def test_caption_asides_follow_the_integration(integration):
     """What a drawn figure's caption says is missing (the iid prediction, the truncation line) is worded for the
     run's integration: the plain API's observe_rollout only for the plain API."""
-    for key in ("grpo/groups/degenerate_rate_iid", "grpo/rows/truncated_rate"):
+    for key in ("grpo/groups/degenerate_rate_iid", "grpo/rows/truncated_rate", "grpo/groups/overdispersion"):
         text = advice(key, integration, {})
         assert text and "{" not in text and "None" not in text, (key, integration, text)
         assert ("observe_rollout" in text) == (integration == "api"), (key, integration, text)

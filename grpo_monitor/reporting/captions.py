@@ -142,6 +142,8 @@ def overdispersion_stuck(run: RunData) -> str:
              "several groups in a row",
              _change(run, "the overdispersion", "grpo/groups/overdispersion", "{:+.3f}"),
              _change(run, "the number of stuck questions", "grpo/sampling/stuck_questions", "{:.1f}")]
+    if not run.has("grpo/groups/overdispersion"):
+        parts.append(f"This log has no overdispersion: {_advice(run, 'grpo/groups/overdispersion')}")
     return sentences(parts)
 
 
