@@ -117,3 +117,19 @@ def test_demo_summary_heads_its_columns_as_the_report(tmp_path, steps):
     for row in rows:
         cells = [m.end() for m in re.finditer(r"(?<= )(n/a|[-+]?\d[\d.]*%?)(?=  |$)", row)][:len(headers)]
         assert cells == ends, (row, ends)
+
+
+def test_kl_panel_titles_name_what_they_draw(tmp_path):
+    """The KL figure's lower panel is titled by the series it draws: k2 alone for a loop without kl=, k2 and the
+    loss's KL for the demo (which passes kl=)."""
+    from grpo_monitor.demo import DemoConfig, run_demo
+    from grpo_monitor.reporting import FIGURES, load_run
+    from test_report_runs import user_loop
+
+    draw = next(f for f in FIGURES if f.name == "kl").draw
+    loop = load_run(user_loop(tmp_path / "loop" / "monitor.jsonl", 3))
+    assert not loop.has("grpo/kl/user_mean")
+    assert draw(loop).axes[1].get_title(loc="left") == "k2 = u^2/2, as its difference to k3"
+    run_demo(DemoConfig(steps=3), tmp_path / "demo", wandb=False, tensorboard=False, progress=False, report=False)
+    demo = load_run(tmp_path / "demo" / "monitor.jsonl")
+    assert draw(demo).axes[1].get_title(loc="left") == "k2 = u^2/2 and the KL your loss uses, as their difference to k3"
