@@ -224,6 +224,7 @@ def test_trl_report_notes_say_what_to_set_in_trl(trl_reports):
                 assert str(getattr(trainer.args, name)) == value, (title, name, value)
     assert re.search(r"\bbeta > 0\b", notes["KL estimators"]) and "this run: beta = 0.0" in notes["KL estimators"]
     assert "num_iterations > 1" in notes["Importance ratio and clipping"]
+    check_page(dom, log)  # every caption sentence of a TRL run against its log, as for the plain loops
     said = [s for sentences in captions(dom).values() for s in sentences]
     assert not [s for s in said if "observe_" in s], "a TRL run's captions name a plain-API call"
     iid = [s for s in said if s.startswith("This log has no iid prediction")]
@@ -237,5 +238,8 @@ def test_trl_settings_the_notes_name_give_the_figures(trl_reports):
     runs, _ = trl_reports
     page = runs["with"][2].read_text()
     assert '<figure id="fig-kl">' in page and '<figure id="fig-ratio">' in page
+    check_page(page, runs["with"][1])  # every caption sentence, the rollout gaps of num_iterations = 2 included
+    gaps = [s for s in captions(page)["degenerate"] if s.startswith("Rollouts were logged at")]
+    assert len(gaps) == 1 and "num_iterations = 2" in gaps[0], captions(page)["degenerate"]
     for name in ("without", "with"):
         assert {k: v for k, v in _hidden_entries(runs[name][1]).items() if v} == {}, name

@@ -97,3 +97,30 @@ def test_a_trl_logs_degenerate_caption_names_trl(tmp_path):
     said = captions(build_report(log).read_text())["degenerate"]
     assert "This log has no iid prediction: " + NO_DATA[("grpo/groups/overdispersion", "trl")] + "." in said, said
     assert not [s for s in said if "observe_" in s], said
+
+
+@pytest.mark.parametrize("integration,why", [
+    ("trl", "TRL trains on each generation for several optimizer steps when num_iterations > 1"),
+    ("api", "the other steps ended (end_step) without an observe_rollout call"),
+], ids=["trl", "api"])
+def test_steps_without_a_rollout_are_said_with_their_reason(tmp_path, integration, why):
+    """A step that trained on an earlier generation (only observe_loss) leaves the rollout figures blank there; the
+    degenerate caption counts the steps that logged a rollout and says why, for the run's integration."""
+    from grpo_monitor.reporting import build_report
+    from test_report_captions import captions, check_page
+
+    log = tmp_path / "monitor.jsonl"
+    monitor = GRPOMonitor(MonitorConfig(group_size=4), sinks=[JSONLSink(log)])
+    if integration != "api":
+        monitor.declare_integration(integration, {"num_iterations": 2, "steps_per_generation": 1})
+    for step in range(3):
+        if step != 1:
+            monitor.observe_rollout(torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
+                                    advantages=torch.tensor([[1.0, -1.0, 1.0, -1.0], [0.0, 0.0, 0.0, 0.0]]))
+        monitor.observe_loss(mask=torch.ones(8, 3), logprobs=-torch.rand(8, 3), old_logprobs=-torch.rand(8, 3))
+        monitor.end_step()
+    monitor.close()
+    page = build_report(log).read_text()
+    check_page(page, log)
+    said = [s for s in captions(page)["degenerate"] if s.startswith("Rollouts were logged at 2 of 3 steps: ")]
+    assert len(said) == 1 and why in said[0], captions(page)["degenerate"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from .data import RunData
 from .facts import change, degenerate_check, peak, plural, sentences
-from .notes import advice
+from .notes import advice, rollout_gaps
 from .plots import convention_index, group_size, question_std_matrix
 
 _RATE, _SMALL = "{:.1%}", "{:.2e}"
@@ -46,7 +46,18 @@ def degenerate(run: RunData) -> str:
     check = degenerate_check(run)
     if check is not None:
         parts.append(check.short())
+    parts.append(_rollout_gaps(run))
     return sentences(parts)
+
+
+def _rollout_gaps(run: RunData) -> str | None:
+    """``rollouts were logged at 2 of 3 steps: <why>`` when some steps logged none, else None."""
+    values = run.series("grpo/groups/degenerate_rate")
+    logged = 0 if values is None else int(np.isfinite(values).sum())
+    if logged in (0, len(run.steps)):
+        return None
+    return (f"rollouts were logged at {logged} of {plural(len(run.steps), 'step')}: "
+            f"{rollout_gaps(run.integration, run.settings)}")
 
 
 def prompts(run: RunData) -> str:
@@ -178,10 +189,10 @@ def tokens(run: RunData) -> str:
 
 
 def weights(run: RunData) -> str:
-    parts = ["Each dot is a response: its |weight| in the loss per unit |advantage| against its length. A per-response "
-             "mean (seq_mean_token_mean) gives every response the same weight (slope 0, short responses' tokens weigh "
-             "more); token sums (token_mean, Dr. GRPO's constant normaliser) weigh a response by its length (slope 1). "
-             "The line is the fitted aggregation's; right, how the update spreads over questions",
+    parts = ["Left, each dot is a response, its |weight| in the loss per unit |advantage| against its length, and the "
+             "line is the fitted aggregation's (a per-response mean, seq_mean_token_mean, gives every response the "
+             "same weight: slope 0, short responses' tokens weigh more; token sums, token_mean or Dr GRPO's constant "
+             "normaliser, weigh a response by its length: slope 1); right, how the update spreads over questions",
              _change(run, "the measured length slope", "grpo/weights/length_slope", "{:.3f}"),
              _change(run, "the largest question's share", "grpo/weights/top_question_share", _RATE)]
     return sentences(parts)

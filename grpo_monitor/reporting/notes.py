@@ -131,6 +131,27 @@ NOT_OBSERVED = ("the {who} integration logs it at every step it observes; none w
                 "(attach before training starts)")
 
 
+#: Integration -> why some of its steps logged no rollout (their metrics are blank in the rollout figures).
+ROLLOUT_GAPS: dict[str, str] = {
+    "trl": "TRL trains on each generation for several optimizer steps when num_iterations > 1 or "
+           "steps_per_generation is above gradient_accumulation_steps (this run: num_iterations = {num_iterations}, "
+           "steps_per_generation = {steps_per_generation}, gradient_accumulation_steps = "
+           "{gradient_accumulation_steps})",
+    "api": "the other steps ended (end_step) without an observe_rollout call",
+}
+
+
+def rollout_gaps(integration: str, settings: Mapping[str, Any]) -> str:
+    """Why a run from ``integration`` has steps without a rollout (a generation reused, or no call).
+
+    >>> rollout_gaps("trl", {"num_iterations": 2})
+    'TRL trains on each generation for several optimizer steps when num_iterations > 1 or steps_per_generation is \
+above gradient_accumulation_steps (this run: num_iterations = 2)'
+    """
+    text = ROLLOUT_GAPS.get(integration, "the {who} integration observed no rollout at the other steps")
+    return _fill(text, INTEGRATIONS.get(integration, integration), settings)
+
+
 def advice(key: str, integration: str, settings: Mapping[str, Any]) -> str:
     """What a run from ``integration`` should do to log ``key``'s family (see the module docstring)."""
     family = max((f for f, i in NO_DATA if i == integration and key.startswith(f)), key=len, default=None)
