@@ -133,3 +133,16 @@ def test_kl_panel_titles_name_what_they_draw(tmp_path):
     run_demo(DemoConfig(steps=3), tmp_path / "demo", wandb=False, tensorboard=False, progress=False, report=False)
     demo = load_run(tmp_path / "demo" / "monitor.jsonl")
     assert draw(demo).axes[1].get_title(loc="left") == "k2 = u^2/2 and the KL your loss uses, as their difference to k3"
+
+
+def test_report_help_names_every_figure():
+    """`grpo-monitor report --help` lists every figure the report can draw, by its title."""
+    import argparse
+
+    from grpo_monitor.cli import build_parser
+    from grpo_monitor.reporting import FIGURES
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    described = " ".join(sub.choices["report"].description.split()).lower()
+    missing = [f.title for f in FIGURES if f.title.split(":")[0].lower() not in described]
+    assert missing == [], missing
