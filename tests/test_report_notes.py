@@ -10,7 +10,7 @@ import torch
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import METRICS
 from grpo_monitor.reporting import FIGURES, load_run
-from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, advice
+from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, NOT_OBSERVED, advice
 from grpo_monitor.sinks import JSONLSink
 
 
@@ -124,3 +124,14 @@ def test_steps_without_a_rollout_are_said_with_their_reason(tmp_path, integratio
     check_page(page, log)
     said = [s for s in captions(page)["degenerate"] if s.startswith("Rollouts were logged at 2 of 3 steps: ")]
     assert len(said) == 1 and why in said[0], captions(page)["degenerate"]
+
+
+@pytest.mark.parametrize("integration", sorted(set(INTEGRATIONS) - {"api"}))
+def test_the_fallback_is_only_for_what_the_integration_logs(integration):
+    """The "logs it at every step it observes" fallback is true only of families the integration's observe calls
+    always log (groups, rewards, advantages, masks); a family it cannot log has its own row."""
+    always = {"degenerate", "prompts", "question_std", "advantages", "convention", "split", "tokens"}
+    fallback = NOT_OBSERVED.split("{who}")[1]
+    for spec in (s for s in FIGURES if s.name != "violations"):
+        if fallback in advice(spec.keys[0], integration, {}):
+            assert spec.name in always, (integration, spec.name)

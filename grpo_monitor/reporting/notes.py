@@ -41,6 +41,11 @@ _NO_SAMPLER = ("the {who} integration found no rollout log-probs in this run; ha
 _NO_ENTROPY = ("the {who} integration does not see per-token entropies; call monitor.observe_loss(mask=..., "
                "entropy=...) where the policy loss computes them")
 
+_NO_WEIGHTS = ("the {who} integration observes the advantage step, not the policy loss: declare the loss's "
+               "aggregation with MonitorConfig(loss_aggregation=...) to derive the weights from the masks and "
+               "advantages it passes, or call monitor.observe_loss(mask=..., advantages=..., logprobs=..., loss=...) "
+               "where the policy loss is computed")
+
 #: (family, integration) -> what to do, with ``{setting}`` fields filled from the run record's settings.
 NO_DATA: dict[tuple[str, str], str] = {
     # TRL (GRPOTrainer through grpo_monitor.integrations.trl.attach)
@@ -99,6 +104,9 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/mismatch/", "openrlhf"): _NO_SAMPLER,
     ("grpo/mismatch/", "skyrl"): _NO_SAMPLER,
     ("grpo/mismatch/", "areal"): _NO_SAMPLER,
+    ("grpo/weights/", "openrlhf"): _NO_WEIGHTS,
+    ("grpo/weights/", "skyrl"): _NO_WEIGHTS,
+    ("grpo/weights/", "areal"): _NO_WEIGHTS,
     ("grpo/entropy/", "openrlhf"): _NO_ENTROPY,
     ("grpo/entropy/", "skyrl"): _NO_ENTROPY,
     ("grpo/entropy/", "areal"): _NO_ENTROPY,
@@ -108,6 +116,7 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/tokens/", "scan"): "a scan sees no token masks",
     ("grpo/mismatch/", "scan"): "a scan sees the recorded rewards (and advantages), not log-probs",
     ("grpo/entropy/", "scan"): "a scan sees the recorded rewards (and advantages), not entropies",
+    ("grpo/weights/", "scan"): "a scan sees the recorded rewards (and advantages), not the loss or its token weights",
     ("grpo/adv/", "scan"): "record the advantages beside the rewards (a column the scan reads) to check them",
     ("grpo/sampling/responses_per_retained_group", "scan"): "a scan sees the trained groups only",
     ("grpo/groups/overdispersion", "scan"): "needs a prompt or question column and 0/1 rewards",
