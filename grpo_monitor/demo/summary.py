@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..reporting.facts import plural
+from ..reporting.facts import ends, plural, span_labels_of, spans
 from .bugs import BUGS
 from .run import LOG_NAME, DemoResult
 
@@ -45,8 +45,6 @@ def observed_counts(result: DemoResult, generated: bool) -> list[float]:
 
 def _ends(values: Sequence[float]) -> tuple[float, float]:
     """Start and end of a series, compared as the report compares them (:func:`.reporting.facts.ends`)."""
-    from ..reporting.facts import ends, spans
-
     return ends(np.asarray(values, dtype=float), spans(max(1, len(values))))
 
 
@@ -68,8 +66,6 @@ def _row(label: str, values: Sequence[float], fmt: str, note: str = "", width: i
 
 def _header(result: DemoResult) -> tuple[str, int]:
     """The column headers worded as the report, ``scan`` and ``compare`` word them, and the column width."""
-    from ..reporting.facts import span_labels_of
-
     labels = span_labels_of([r.step for r in result.reports], dash="-") if result.reports else ["n/a"]
     width = max(10, *(len(label) + 2 for label in labels))
     return f"  {'':<44}" + "".join(label.rjust(width) for label in labels), width
