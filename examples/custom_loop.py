@@ -11,12 +11,14 @@ config, and the monitor's state saved with the checkpoint.
 
 from __future__ import annotations
 
+import argparse
 import copy
 from pathlib import Path
 
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import ConsoleSink, JSONLSink
 
 SEP, EOS, V = 10, 11, 12  # digits 0-9, separator, end of sequence
@@ -67,7 +69,10 @@ def trl_advantages(rewards: torch.Tensor) -> torch.Tensor:
 policy = TinyLM()
 reference = copy.deepcopy(policy).requires_grad_(False)
 optimizer = torch.optim.Adam(policy.parameters(), lr=1e-2)
-out = Path("runs/custom_loop")
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--out", type=Path, default=Path("runs/custom_loop"),
+                    help="folder for the log (default runs/custom_loop)")
+out = parser.parse_args().out
 out.mkdir(parents=True, exist_ok=True)
 (out / "monitor.jsonl").unlink(missing_ok=True)
 config = MonitorConfig(group_size=G, std_convention="bessel", stabilizer=1e-4, clip_range=(CLIP, CLIP))
@@ -108,3 +113,4 @@ torch.save({"model": policy.state_dict(), "monitor": monitor.state_dict()}, out 
 monitor.close()
 print(f"reward mean {report.metrics['grpo/reward/mean']:.2f} after {STEPS} steps; "
       f"convention {report.convention}; log {out / 'monitor.jsonl'}")
+print("\n".join(log_digest(out / "monitor.jsonl")))  # what the monitor concluded, in its words

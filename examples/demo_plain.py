@@ -10,12 +10,14 @@ so the monitor's token statistics (KL estimators, ratios, masks) have something 
 
 from __future__ import annotations
 
+import argparse
 import copy
 from pathlib import Path
 
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import ConsoleSink, JSONLSink
 
 K, B, G, T = 64, 16, 8, 6  # questions, groups per step, responses per group, max response length
@@ -46,7 +48,10 @@ def advantages_of(rewards):
     return torch.where(std > 0, (rewards - mean) / (std + EPS), 0.0)
 
 
-out = Path("runs/demo_plain")
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--out", type=Path, default=Path("runs/demo_plain"),
+                    help="folder for the log (default runs/demo_plain)")
+out = parser.parse_args().out
 out.mkdir(parents=True, exist_ok=True)
 (out / "monitor.jsonl").unlink(missing_ok=True)
 config = MonitorConfig(group_size=G, std_convention="population", expect_on_policy=True, repro_dir=str(out / "repro"))
@@ -88,3 +93,4 @@ with GRPOMonitor(config, sinks=[JSONLSink(out / "monitor.jsonl"), ConsoleSink(ev
 
 print(f"final degenerate rate {report.metrics['grpo/groups/degenerate_rate']:.1%}, "
       f"mean success probability {torch.sigmoid(policy['z']).mean():.3f}; log: {out / 'monitor.jsonl'}")
+print("\n".join(log_digest(out / "monitor.jsonl")))  # what the monitor concluded, in its words

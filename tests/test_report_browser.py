@@ -23,7 +23,7 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from grpo_monitor.reporting import build_report  # noqa: E402
-from test_report_captions import check_page  # noqa: E402  (tests/ is on sys.path under pytest)
+from test_report_captions import captions, check_page  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_report_runs import VARIANTS  # noqa: E402
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
@@ -219,10 +219,16 @@ def test_trl_report_notes_say_what_to_set_in_trl(trl_reports):
         assert "observe_" not in text and ("TRL" in text or "GRPOConfig" in text), (title, text)
         for name in re.findall(r"\b(\w+) > \d", text):
             assert name in fields, (title, name)
-        for name, value in re.findall(r"this run: (\w+) = ([\w.]+)", text):
-            assert str(getattr(trainer.args, name)) == value, (title, name, value)
+        for aside in re.findall(r"\(this run: ([^()]+)\)", text):
+            for name, value in re.findall(r"(\w+) = ([\w.]+)", aside):
+                assert str(getattr(trainer.args, name)) == value, (title, name, value)
     assert re.search(r"\bbeta > 0\b", notes["KL estimators"]) and "this run: beta = 0.0" in notes["KL estimators"]
     assert "num_iterations > 1" in notes["Importance ratio and clipping"]
+    check_page(dom, log)  # every caption sentence of a TRL run against its log, as for the plain loops
+    said = [s for sentences in captions(dom).values() for s in sentences]
+    assert not [s for s in said if "observe_" in s], "a TRL run's captions name a plain-API call"
+    iid = [s for s in said if s.startswith("This log has no iid prediction")]
+    assert len(iid) == 1 and "TRL" in iid[0], iid  # the tiny run's rewards are fractions: no iid prediction
 
 
 @pytest.mark.slow
@@ -232,5 +238,8 @@ def test_trl_settings_the_notes_name_give_the_figures(trl_reports):
     runs, _ = trl_reports
     page = runs["with"][2].read_text()
     assert '<figure id="fig-kl">' in page and '<figure id="fig-ratio">' in page
+    check_page(page, runs["with"][1])  # every caption sentence, the rollout gaps of num_iterations = 2 included
+    gaps = [s for s in captions(page)["degenerate"] if s.startswith("Rollouts were logged at")]
+    assert len(gaps) == 1 and "num_iterations = 2" in gaps[0], captions(page)["degenerate"]
     for name in ("without", "with"):
         assert {k: v for k, v in _hidden_entries(runs[name][1]).items() if v} == {}, name

@@ -126,6 +126,8 @@ LABELS: dict[str, str | tuple[str, str]] = {
     "the mean entropy per token": "grpo/entropy/mean",
     "the entropy std": "grpo/entropy/std",
     "the share of low-entropy tokens": "grpo/entropy/low_frac",
+    "the measured length slope": "grpo/weights/length_slope",
+    "the largest question's share": "grpo/weights/top_question_share",
 }
 
 NUM = r"[-+]?\d+(?:\.\d+)?(?:e[-+]\d+)?%?"
@@ -134,6 +136,8 @@ _END = r"(?:the last tenth|the last step|step (?P<s2>\d+) \(the last that logged
 SHAPES = {
     "went": rf"(?P<label>.+?) went from (?P<a>{NUM}) (?:in|at) {_START} to (?P<b>{NUM}) (?:in|at) {_END}",
     "stayed": rf"(?P<label>.+?) stayed at (?P<a>{NUM}) from {_START} to {_END}",
+    "back": rf"(?P<label>.+?) was (?P<a>{NUM}) (?:in|at) {_START} and (?:in|at) {_END}, "
+            rf"ranging from (?P<lo>{NUM}) to (?P<hi>{NUM}) over the run",
     "partial": rf"(?P<label>.+?) was (?P<a>{NUM}) in the (?P<which>first|last) tenth(?: of the run)? "
                r"\(not logged in .+\)",
     "only": rf"(?P<label>.+?) was (?P<a>{NUM}) at step (?P<s>\d+), the only step that logged it",
@@ -151,6 +155,8 @@ SHAPES = {
     "stopped": r"The breach at step (?P<s>\d+) stopped the run \(X\)",
     "no_iid": r"This log has no iid prediction: .+",
     "no_truncation": r"This log has no truncation rate: .+",
+    "no_overdispersion": r"This log has no overdispersion: .+",
+    "gaps": r"Rollouts were logged at (?P<k>\d+) of (?P<n>\d+) steps: .+",
 }
 
 
@@ -185,6 +191,21 @@ def _went(log: Log, m: re.Match) -> None:
     assert m["s2"] is None or (len(log.steps) < 10 and int(m["s2"]) == logged[-1] != log.steps[-1]), m[0]
 
 
+def _stayed(log: Log, m: re.Match) -> None:
+    """"stayed at A": the ends read A and so does every logged value in between."""
+    _went(log, m)
+    values = _values(log, m["label"])
+    assert all(close(m["a"], v) for v in values[np.isfinite(values)]), (m[0], values)
+
+
+def _back(log: Log, m: re.Match) -> None:
+    """"was A at the start and at the end, ranging from L to H": the ends read A, L and H are the extremes."""
+    _went(log, m)
+    values = _values(log, m["label"])
+    finite = values[np.isfinite(values)]
+    assert close(m["lo"], float(finite.min())) and close(m["hi"], float(finite.max())) and m["lo"] != m["hi"], m[0]
+
+
 def _partial(log: Log, m: re.Match) -> None:
     first, last = first_last(_values(log, m["label"]))
     assert close(m["a"], first if m["which"] == "first" else last)
@@ -213,7 +234,7 @@ def _single(log: Log, m: re.Match) -> None:
 
 def _groups(log: Log, m: re.Match) -> None:
     total = log.series("grpo/groups/total")
-    assert np.all(total == int(m["a"])) and (m["every"] is not None) == (len(log.steps) > 1)
+    assert np.all(total[np.isfinite(total)] == int(m["a"])) and (m["every"] is not None) == (len(log.steps) > 1)
 
 
 def _over_run(log: Log, m: re.Match) -> None:
@@ -222,22 +243,37 @@ def _over_run(log: Log, m: re.Match) -> None:
 
 
 def _colour(log: Log, m: re.Match) -> None:
-    shares = []
+    """Two-valued rewards (at most G/2 distinct live stds): one row per value, the largest share exactly. More
+    values are binned: the largest cell holds at least the largest one-value share and is k/n of a step's n groups."""
+    shares, sizes, live = [], [], set()
     for s in log.steps:
+        if "grpo/reward/question_std" not in log.records[s].get("histograms", {}):
+            continue  # a step that logged no rollout: a blank column
         stds = np.round(np.array(log.records[s]["histograms"]["grpo/reward/question_std"]), 9)
         shares += [count / len(stds) for count in np.unique(stds, return_counts=True)[1]]
-    assert close(m["a"], max(shares))
+        sizes.append(len(stds))
+        live |= set(stds[stds > 0].tolist())
+    G = log.settings.get("group_size", 4)
+    products = {k * (G - k) for k in range(1, G)}  # a two-valued group's std is c * sqrt(k (G - k)), one c per run
+    two_valued = any(all(min(abs(v * v / c2 - q) for q in products) < 1e-6 for v in live)
+                     for c2 in (min(live, default=1.0) ** 2 / q for q in products))
+    if two_valued:
+        assert close(m["a"], max(shares)), (m[0], max(shares))
+    else:
+        said = float(m["a"].rstrip("%")) / 100
+        assert said >= max(shares) - 0.005 and any(close(m["a"], k / n) for n in sizes for k in range(1, n + 1)), m[0]
 
 
 def _convention(log: Log, m: re.Match) -> None:
     broken = {s for s, inv in log.violations() if inv == "convention"}
-    truth = ["broke the convention check" if s in broken else f"fit {log.records[s]['convention']}" for s in log.steps]
+    logged = [s for s in log.steps if s in broken or log.records[s].get("convention")]  # a step without a rollout
+    truth = ["broke the convention check" if s in broken else f"fit {log.records[s]['convention']}" for s in logged]
     said: dict[int, str] = {}
     for part in m["segments"].split(", then "):
         what, where = re.fullmatch(r"(.+?) at (every logged step|step \d+|steps \d+-\d+)", part).groups()
-        numbers = [int(x) for x in re.findall(r"\d+", where)] or [log.steps[0], log.steps[-1]]
-        said.update({s: what for s in log.steps if numbers[0] <= s <= numbers[-1]})
-    assert [said.get(s) for s in log.steps] == truth, (m[0], truth)
+        numbers = [int(x) for x in re.findall(r"\d+", where)] or [logged[0], logged[-1]]
+        said.update({s: what for s in logged if numbers[0] <= s <= numbers[-1]})
+    assert [said.get(s) for s in logged] == truth, (m[0], truth)
 
 
 def _k1(log: Log, m: re.Match) -> None:
@@ -271,10 +307,20 @@ def _no_truncation(log: Log, m: re.Match) -> None:
     assert not np.isfinite(log.series("grpo/rows/truncated_rate")).any()
 
 
-CHECKS = {"went": _went, "stayed": _went, "partial": _partial, "only": _only, "every": _every, "peak": _peak,
-          "single": _single, "groups": _groups, "over_run": _over_run, "colour": _colour, "convention": _convention,
-          "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped, "no_iid": _no_iid,
-          "no_truncation": _no_truncation}
+def _gaps(log: Log, m: re.Match) -> None:
+    logged = int(np.isfinite(log.series("grpo/groups/degenerate_rate")).sum())
+    assert int(m["k"]) == logged < int(m["n"]) == len(log.steps), m[0]
+
+
+def _no_overdispersion(log: Log, m: re.Match) -> None:
+    assert not np.isfinite(log.series("grpo/groups/overdispersion")).any()
+
+
+CHECKS = {"went": _went, "stayed": _stayed, "back": _back, "partial": _partial, "only": _only, "every": _every,
+          "peak": _peak, "single": _single, "groups": _groups, "over_run": _over_run, "colour": _colour,
+          "convention": _convention, "k1": _k1, "breached": _breached, "violations": _violations, "stopped": _stopped,
+          "no_iid": _no_iid, "no_truncation": _no_truncation, "no_overdispersion": _no_overdispersion,
+          "gaps": _gaps}
 
 
 def degenerate_totals(log: Log) -> tuple[int, float, float]:
@@ -393,3 +439,4 @@ def test_the_checker_catches_a_contradiction(tmp_path, mutation):
     assert bad != page
     with pytest.raises(AssertionError):
         check_page(bad, log)
+

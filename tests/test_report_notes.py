@@ -10,7 +10,7 @@ import torch
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import METRICS
 from grpo_monitor.reporting import FIGURES, load_run
-from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, advice
+from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, NOT_OBSERVED, advice
 from grpo_monitor.sinks import JSONLSink
 
 
@@ -71,3 +71,67 @@ def test_every_figure_gets_a_note_for_every_integration(integration):
         assert text and "{" not in text and "None" not in text, (spec.name, integration, text)
         if integration == "api":
             assert text.startswith("logged when you call observe_"), (spec.name, text)
+
+
+@pytest.mark.parametrize("integration", sorted(INTEGRATIONS))
+def test_caption_asides_follow_the_integration(integration):
+    """What a drawn figure's caption says is missing (the iid prediction, the truncation line) is worded for the
+    run's integration: the plain API's observe_rollout only for the plain API."""
+    for key in ("grpo/groups/degenerate_rate_iid", "grpo/rows/truncated_rate", "grpo/groups/overdispersion"):
+        text = advice(key, integration, {})
+        assert text and "{" not in text and "None" not in text, (key, integration, text)
+        assert ("observe_rollout" in text) == (integration == "api"), (key, integration, text)
+
+
+def test_a_trl_logs_degenerate_caption_names_trl(tmp_path):
+    """A log declared by the TRL integration, with no iid prediction: its degenerate caption speaks of TRL's reward
+    functions, not of observe_rollout."""
+    from grpo_monitor.reporting import build_report
+    from test_report_captions import captions
+
+    log = tmp_path / "monitor.jsonl"
+    monitor = GRPOMonitor(MonitorConfig(group_size=2), sinks=[JSONLSink(log)])
+    monitor.declare_integration("trl", {"beta": 0.0})
+    _steps(monitor, 2)
+    monitor.close()
+    said = captions(build_report(log).read_text())["degenerate"]
+    assert "This log has no iid prediction: " + NO_DATA[("grpo/groups/overdispersion", "trl")] + "." in said, said
+    assert not [s for s in said if "observe_" in s], said
+
+
+@pytest.mark.parametrize("integration,why", [
+    ("trl", "TRL trains on each generation for several optimizer steps when num_iterations > 1"),
+    ("api", "the other steps ended (end_step) without an observe_rollout call"),
+], ids=["trl", "api"])
+def test_steps_without_a_rollout_are_said_with_their_reason(tmp_path, integration, why):
+    """A step that trained on an earlier generation (only observe_loss) leaves the rollout figures blank there; the
+    degenerate caption counts the steps that logged a rollout and says why, for the run's integration."""
+    from grpo_monitor.reporting import build_report
+    from test_report_captions import captions, check_page
+
+    log = tmp_path / "monitor.jsonl"
+    monitor = GRPOMonitor(MonitorConfig(group_size=4), sinks=[JSONLSink(log)])
+    if integration != "api":
+        monitor.declare_integration(integration, {"num_iterations": 2, "steps_per_generation": 1})
+    for step in range(3):
+        if step != 1:
+            monitor.observe_rollout(torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]]),
+                                    advantages=torch.tensor([[1.0, -1.0, 1.0, -1.0], [0.0, 0.0, 0.0, 0.0]]))
+        monitor.observe_loss(mask=torch.ones(8, 3), logprobs=-torch.rand(8, 3), old_logprobs=-torch.rand(8, 3))
+        monitor.end_step()
+    monitor.close()
+    page = build_report(log).read_text()
+    check_page(page, log)
+    said = [s for s in captions(page)["degenerate"] if s.startswith("Rollouts were logged at 2 of 3 steps: ")]
+    assert len(said) == 1 and why in said[0], captions(page)["degenerate"]
+
+
+@pytest.mark.parametrize("integration", sorted(set(INTEGRATIONS) - {"api"}))
+def test_the_fallback_is_only_for_what_the_integration_logs(integration):
+    """The "logs it at every step it observes" fallback is true only of families the integration's observe calls
+    always log (groups, rewards, advantages, masks); a family it cannot log has its own row."""
+    always = {"degenerate", "prompts", "question_std", "advantages", "convention", "split", "tokens"}
+    fallback = NOT_OBSERVED.split("{who}")[1]
+    for spec in (s for s in FIGURES if s.name != "violations"):
+        if fallback in advice(spec.keys[0], integration, {}):
+            assert spec.name in always, (integration, spec.name)

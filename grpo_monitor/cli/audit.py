@@ -86,11 +86,14 @@ def run(args: argparse.Namespace) -> int:
 
 def _verdict_lines(r: AuditResult) -> list[str]:
     """The verdict first: what the function matches, or why it is broken or does not run."""
+    from ..reporting.facts import plural
+
     if r.verdict == "error":
         return [f"  verdict               ERROR: {r.error}"]
     if r.verdict == "broken":
         n = len({v["invariant"] for v in r.violations if v["severity"] == "error"})
-        lines = [f"  verdict               BROKEN: {n} invariant(s) broken" + (f": {r.causes[0]}" if r.causes else "")]
+        lines = [f"  verdict               BROKEN: {plural(n, 'invariant')} broken"
+                 + (f": {r.causes[0]}" if r.causes else "")]
         lines += [f"                        also: {c}" for c in r.causes[1:]]
         lines += [f"  matches               {r.match['text']}"] if r.match else []
     elif r.match:
@@ -135,6 +138,8 @@ def format_text(r: AuditResult) -> str:
 
 
 def _violation_lines(r: AuditResult) -> list[str]:
+    from ..reporting.facts import plural
+
     if not r.violations:
         return ["  violations            none"]
     by_invariant: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -142,7 +147,7 @@ def _violation_lines(r: AuditResult) -> list[str]:
         by_invariant.setdefault((v["invariant"], v["severity"]), []).append(v)
     errors = len({name for name, severity in by_invariant if severity == "error"})
     warnings = len({name for name, severity in by_invariant if severity == "warning"})
-    lines = [f"  violations            {errors} invariant(s) broken, {warnings} warning(s)"]
+    lines = [f"  violations            {plural(errors, 'invariant')} broken, {plural(warnings, 'warning')}"]
     for (name, severity), found in by_invariant.items():
         first = found[0]
         probes = ", ".join(dict.fromkeys(_probe_label(v) for v in found))

@@ -16,9 +16,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="PNG figures and a self-contained HTML page from a run's JSONL log",
         description="Read a run's JSONL log (RUN is the run folder or the .jsonl file) and write plots/*.png "
         "and report.html (images inlined, no external assets): one figure per metric family the run logged "
-        "(degenerate rate against the iid prediction, effective prompts, per-question reward std, advantage "
-        "invariants, the estimator and its stabilizer, overdispersion and stuck questions, KL estimators, "
-        "importance ratio and clipping, response length and live tokens, the dynamic-sampling ledger, "
+        "(degenerate groups against the iid prediction, effective prompts, per-question reward std, advantage "
+        "invariants, std convention and stabilizer, overdispersion and stuck questions, KL estimators, "
+        "importance ratio and clipping, training-inference mismatch, truncation and the degenerate split, entropy, "
+        "response length and live tokens, loss weights (length and questions), dynamic sampling ledger, "
         "violations), captions computed from this run's own numbers, the run-level observed-vs-iid line, where "
         "the run's TensorBoard, W&B and JSONL files are, and, for each family the run did not log, what to set "
         "in the trainer the run came from to get it.",

@@ -65,6 +65,7 @@ def default_out(path: str) -> Path:
 def run(args: argparse.Namespace) -> int:
     """Scan; print the summary; the exit code."""
     from ..files.reading import InputFileError
+    from ..reporting.facts import plural
     from ..scan import format_summary, parse_columns, scan_rollouts
 
     try:
@@ -79,6 +80,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(printable(format_summary(result)))
     elif result.errors:
-        print(printable(f"grpo-monitor scan: {result.errors} invariant(s) broken with error severity; see "
+        print(printable(f"grpo-monitor scan: {plural(result.errors, 'invariant')} broken with error severity; see "
                         f"{result.log}"))
     return 1 if args.fail_on_error and result.errors else 0

@@ -6,6 +6,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
+
+from ..reporting.facts import ends, plural, span_labels_of, spans
 from .bugs import BUGS
 from .run import LOG_NAME, DemoResult
 
@@ -41,11 +44,8 @@ def observed_counts(result: DemoResult, generated: bool) -> list[float]:
 
 
 def _ends(values: Sequence[float]) -> tuple[float, float]:
-    vals = list(values)
-    n = max(1, len(vals) // 10)
-    head = [v for v in vals[:n] if v is not None and math.isfinite(v)]
-    tail = [v for v in vals[-n:] if v is not None and math.isfinite(v)]
-    return (sum(head) / len(head) if head else math.nan, sum(tail) / len(tail) if tail else math.nan)
+    """Start and end of a series, compared as the report compares them (:func:`.reporting.facts.ends`)."""
+    return ends(np.asarray(values, dtype=float), spans(max(1, len(values))))
 
 
 def _metric(result: DemoResult, key: str) -> list[float]:
@@ -56,10 +56,19 @@ def _theory(result: DemoResult, key: str) -> list[float]:
     return [row.get(key, math.nan) for row in result.theory]
 
 
-def _row(label: str, values: Sequence[float], fmt: str, note: str = "") -> str:
+def _row(label: str, values: Sequence[float], fmt: str, note: str = "", width: int = 10) -> str:
+    """A table line: the start and end columns (the one value of a 1-step run), ``width`` wide each."""
     first, last = _ends(values)
-    cells = [("n/a" if not math.isfinite(v) else fmt.format(v)).rjust(10) for v in (first, last)]
-    return f"  {label:<44}{cells[0]}{cells[1]}  {note}".rstrip()
+    shown = (last,) if len(values) == 1 else (first, last)
+    cells = [("n/a" if not math.isfinite(v) else fmt.format(v)).rjust(width) for v in shown]
+    return f"  {label:<44}{''.join(cells)}  {note}".rstrip()
+
+
+def _header(result: DemoResult) -> tuple[str, int]:
+    """The column headers worded as the report, ``scan`` and ``compare`` word them, and the column width."""
+    labels = span_labels_of([r.step for r in result.reports], dash="-") if result.reports else ["n/a"]
+    width = max(10, *(len(label) + 2 for label in labels))
+    return f"  {'':<44}" + "".join(label.rjust(width) for label in labels), width
 
 
 def summary_text(result: DemoResult) -> str:
@@ -98,12 +107,13 @@ def summary_text(result: DemoResult) -> str:
         rows.append(("  exact E[k3] on the retained responses", _theory(result, "k3_per_token"), "{:.4f}",
                      "(filtering over-samples rare answers)"))
     mode = "dynamic sampling" if ds else "no dynamic sampling"
+    header, width = _header(result)
     lines = [
-        f"grpo-monitor demo: {len(result.reports)} steps in {result.seconds:.1f} s; K={c.num_questions} questions, "
-        f"{c.groups_per_step} groups of G={G} per step, {mode}",
-        f"  {'':<44}{'first 10%':>10}{'last 10%':>10}",
+        f"grpo-monitor demo: {plural(len(result.reports), 'step')} in {result.seconds:.1f} s; "
+        f"K={c.num_questions} questions, {c.groups_per_step} groups of G={G} per step, {mode}",
+        header,
     ]
-    lines += [_row(*row) for row in rows if any(math.isfinite(v) for v in row[1])]
+    lines += [_row(*row, width=width) for row in rows if any(math.isfinite(v) for v in row[1])]
     lines += _verdict(result)
     lines += dropped_lines(result)
     lines.append("Outputs:")

@@ -14,6 +14,7 @@ import numpy as np
 
 from .data import RunData
 from .facts import change, degenerate_check, peak, plural, sentences
+from .notes import advice, rollout_gaps
 from .plots import convention_index, group_size, question_std_matrix
 
 _RATE, _SMALL = "{:.1%}", "{:.2e}"
@@ -21,6 +22,11 @@ _RATE, _SMALL = "{:.1%}", "{:.2e}"
 
 def _change(run: RunData, label: str, key: str, fmt: str) -> str | None:
     return change(run.steps, label, run.series(key), fmt, key)
+
+
+def _advice(run: RunData, key: str) -> str:
+    """What the run's integration sets to log ``key`` (:func:`.notes.advice`), for a caption's missing part."""
+    return advice(key, run.integration, run.settings)
 
 
 def degenerate(run: RunData) -> str:
@@ -36,12 +42,22 @@ def degenerate(run: RunData) -> str:
     parts += [_change(run, "the degenerate rate of the training batch", "grpo/groups/degenerate_rate", _RATE),
               _change(run, "the iid prediction for the training batch", "grpo/groups/degenerate_rate_iid", _RATE)]
     if not run.has("grpo/groups/degenerate_rate_iid") and not run.has("grpo/sampling/degenerate_rate_iid"):
-        parts.append("This log has no iid prediction: the monitor makes one when observe_rollout gets question_ids "
-                     "and every reward is 0 or 1")
+        parts.append(f"This log has no iid prediction: {_advice(run, 'grpo/groups/degenerate_rate_iid')}")
     check = degenerate_check(run)
     if check is not None:
         parts.append(check.short())
+    parts.append(_rollout_gaps(run))
     return sentences(parts)
+
+
+def _rollout_gaps(run: RunData) -> str | None:
+    """``rollouts were logged at 2 of 3 steps: <why>`` when some steps logged none, else None."""
+    values = run.series("grpo/groups/degenerate_rate")
+    logged = 0 if values is None else int(np.isfinite(values).sum())
+    if logged in (0, len(run.steps)):
+        return None
+    return (f"rollouts were logged at {logged} of {plural(len(run.steps), 'step')}: "
+            f"{rollout_gaps(run.integration, run.settings)}")
 
 
 def prompts(run: RunData) -> str:
@@ -137,6 +153,8 @@ def overdispersion_stuck(run: RunData) -> str:
              "several groups in a row",
              _change(run, "the overdispersion", "grpo/groups/overdispersion", "{:+.3f}"),
              _change(run, "the number of stuck questions", "grpo/sampling/stuck_questions", "{:.1f}")]
+    if not run.has("grpo/groups/overdispersion"):
+        parts.append(f"This log has no overdispersion: {_advice(run, 'grpo/groups/overdispersion')}")
     return sentences(parts)
 
 
@@ -171,12 +189,12 @@ def tokens(run: RunData) -> str:
 
 
 def weights(run: RunData) -> str:
-    parts = ["Each dot is a response: its |weight| in the loss per unit |advantage| against its length. A per-response "
-             "mean (seq_mean_token_mean) gives every response the same weight (slope 0, short responses' tokens weigh "
-             "more); token sums (token_mean, Dr. GRPO's constant normaliser) weigh a response by its length (slope 1). "
-             "The solid line is the declared loss_aggregation's expectation, the dashed one the fitted aggregation's "
-             "(drawn under 'auto' or when its slope differs: dots off the solid line mean the loss does not aggregate "
-             "as declared); right, how the update spreads over questions",
+    parts = ["Left, each dot is a response, its |weight| in the loss per unit |advantage| against its length; the "
+             "solid line is the declared loss_aggregation's expectation and the dashed one the fitted aggregation's, "
+             "drawn under 'auto' or when its slope differs, so dots off the solid line mean the loss does not "
+             "aggregate as declared (a per-response mean, seq_mean_token_mean, gives every response the same weight: "
+             "slope 0, short responses' tokens weigh more; token sums, token_mean or Dr GRPO's constant normaliser, "
+             "weigh a response by its length: slope 1); right, how the update spreads over questions",
              _change(run, "the measured length slope", "grpo/weights/length_slope", "{:.3f}"),
              _change(run, "the largest question's share", "grpo/weights/top_question_share", _RATE)]
     return sentences(parts)
@@ -214,8 +232,7 @@ def split(run: RunData) -> str:
              _change(run, "the share of other degenerate groups", "grpo/groups/degenerate_other_rate", _RATE),
              _change(run, "the truncated-row rate", "grpo/rows/truncated_rate", _RATE)]
     if not run.has("grpo/rows/truncated_rate"):
-        parts.append("This log has no truncation rate: observe_rollout logs it with truncated= (or lengths= and "
-                     "MonitorConfig(max_response_length=...))")
+        parts.append(f"This log has no truncation rate: {_advice(run, 'grpo/rows/truncated_rate')}")
     return sentences(parts)
 
 

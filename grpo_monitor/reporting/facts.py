@@ -9,6 +9,8 @@ and the last step from 2 to 9 steps, and the one value of a 1-step run (no compa
 ('at the first step', 'at the last step')
 >>> change(np.arange(3), "The degenerate rate", np.array([0.1, 0.5, 0.25]), "{:.0%}")
 'The degenerate rate went from 10% at the first step to 25% at the last step'
+>>> change(np.arange(3), "The degenerate rate", np.array([0.0, 0.5, 0.0]), "{:.0%}")
+'The degenerate rate was 0% at the first step and at the last step, ranging from 0% to 50% over the run'
 """
 
 from __future__ import annotations
@@ -112,7 +114,9 @@ def span_labels_of(steps: Sequence[int], dash: str = "\u2013") -> list[str]:
 
 def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str,
            key: str | None = None) -> str | None:
-    """``"<label> went from A <start> to B <end>"`` (or ``stayed at``; ``was`` on a 1-step run).
+    """``"<label> went from A <start> to B <end>"``; ``stayed at A`` only when every logged value reads A
+    (equal ends around a move in between say ``was A <start> and <end>, ranging from L to H over the run``);
+    ``was`` on a 1-step run.
 
     From 10 steps on, A and B are means over the first and last tenth; below, the values at
     the first and last step that logged the metric (named by number when that is not the
@@ -140,9 +144,14 @@ def change(steps: np.ndarray, label: str, values: np.ndarray | None, fmt: str,
                                    else (first, span.first, span.end))
             return f"{label} was {_fmt(known, fmt, key)} {where} (not logged in {other})"
     a, b = _fmt(first, fmt, key), _fmt(last, fmt, key)
-    if a == b:
+    if a != b:
+        return f"{label} went from {a} {span.preposition} {start} to {b} {span.preposition} {end}"
+    finite = values[np.isfinite(values)]
+    low, high = _fmt(float(finite.min()), fmt, key), _fmt(float(finite.max()), fmt, key)
+    if low == high:
         return f"{label} stayed at {a} from {start} to {end}"
-    return f"{label} went from {a} {span.preposition} {start} to {b} {span.preposition} {end}"
+    return (f"{label} was {a} {span.preposition} {start} and {span.preposition} {end}, "
+            f"ranging from {low} to {high} over the run")
 
 
 def peak(run: RunData, label: str, values: np.ndarray | None, fmt: str) -> str | None:

@@ -2,7 +2,8 @@
 
 ``keys`` are the metrics a figure draws or states, the principal one first; the page lists
 every other logged metric in a table, so nothing the run logged goes unseen. A figure the
-run lacks gets a note saying which call logs its principal key (from the metric catalogue).
+run lacks gets a note saying what to set, in the integration the run came from, to log its
+principal key (:func:`.notes.advice`).
 """
 
 from __future__ import annotations

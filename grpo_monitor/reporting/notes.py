@@ -41,6 +41,11 @@ _NO_SAMPLER = ("the {who} integration found no rollout log-probs in this run; ha
 _NO_ENTROPY = ("the {who} integration does not see per-token entropies; call monitor.observe_loss(mask=..., "
                "entropy=...) where the policy loss computes them")
 
+_NO_WEIGHTS = ("the {who} integration observes the advantage step, not the policy loss: declare the loss's "
+               "aggregation with MonitorConfig(loss_aggregation=...) to derive the weights from the masks and "
+               "advantages it passes, or call monitor.observe_loss(mask=..., advantages=..., logprobs=..., loss=...) "
+               "where the policy loss is computed")
+
 #: (family, integration) -> what to do, with ``{setting}`` fields filled from the run record's settings.
 NO_DATA: dict[tuple[str, str], str] = {
     # TRL (GRPOTrainer through grpo_monitor.integrations.trl.attach)
@@ -57,7 +62,7 @@ NO_DATA: dict[tuple[str, str], str] = {
                               "each loss; none reached it in this run (see docs/integrations.md for the loss types "
                               "and masks it declares)",
     ("grpo/mismatch/", "trl"): "set use_vllm=True and vllm_importance_sampling_correction=True in GRPOConfig (this "
-                               "run: use_vllm = {use_vllm}) (this run: vllm_importance_sampling_correction = "
+                               "run: use_vllm = {use_vllm}, vllm_importance_sampling_correction = "
                                "{vllm_importance_sampling_correction}); TRL then keeps sampling_per_token_logps, "
                                "the sampler's log-probs the mismatch statistics compare with the trainer's",
     ("grpo/entropy/", "trl"): "the TRL integration passes TRL's own per-token entropies; none reached it in this run "
@@ -99,6 +104,9 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/mismatch/", "openrlhf"): _NO_SAMPLER,
     ("grpo/mismatch/", "skyrl"): _NO_SAMPLER,
     ("grpo/mismatch/", "areal"): _NO_SAMPLER,
+    ("grpo/weights/", "openrlhf"): _NO_WEIGHTS,
+    ("grpo/weights/", "skyrl"): _NO_WEIGHTS,
+    ("grpo/weights/", "areal"): _NO_WEIGHTS,
     ("grpo/entropy/", "openrlhf"): _NO_ENTROPY,
     ("grpo/entropy/", "skyrl"): _NO_ENTROPY,
     ("grpo/entropy/", "areal"): _NO_ENTROPY,
@@ -108,14 +116,49 @@ NO_DATA: dict[tuple[str, str], str] = {
     ("grpo/tokens/", "scan"): "a scan sees no token masks",
     ("grpo/mismatch/", "scan"): "a scan sees the recorded rewards (and advantages), not log-probs",
     ("grpo/entropy/", "scan"): "a scan sees the recorded rewards (and advantages), not entropies",
+    ("grpo/weights/", "scan"): "a scan sees the recorded rewards (and advantages), not the loss or its token weights",
     ("grpo/adv/", "scan"): "record the advantages beside the rewards (a column the scan reads) to check them",
     ("grpo/sampling/responses_per_retained_group", "scan"): "a scan sees the trained groups only",
     ("grpo/groups/overdispersion", "scan"): "needs a prompt or question column and 0/1 rewards",
 }
 
+# The iid prediction needs what overdispersion needs (question ids and 0/1 rewards): the same advice.
+NO_DATA.update({("grpo/groups/degenerate_rate_iid", integration): text
+                for (family, integration), text in list(NO_DATA.items()) if family == "grpo/groups/overdispersion"})
+# Captions that say what a drawn figure lacks (the iid prediction, the truncation line), for the plain API.
+NO_DATA[("grpo/groups/degenerate_rate_iid", "api")] = ("the monitor makes one when observe_rollout gets question_ids "
+                                                        "and every reward is 0 or 1")
+NO_DATA[("grpo/rows/truncated_rate", "api")] = ("observe_rollout logs it with truncated= (or lengths= and "
+                                                "MonitorConfig(max_response_length=...))")
+NO_DATA[("grpo/rows/truncated_rate", "scan")] = ("a scan reads it from the trainer's own logged metrics (TRL "
+                                                 "completions/clipped_ratio, verl response_length/clip_ratio): pass "
+                                                 "--metrics with the run's W&B run, TensorBoard events or verl's "
+                                                 "file log")
+
 #: An integration's fallback for a family without a row: it should have logged it, and did not.
 NOT_OBSERVED = ("the {who} integration logs it at every step it observes; none was observed in this run "
                 "(attach before training starts)")
+
+
+#: Integration -> why some of its steps logged no rollout (their metrics are blank in the rollout figures).
+ROLLOUT_GAPS: dict[str, str] = {
+    "trl": "TRL trains on each generation for several optimizer steps when num_iterations > 1 or "
+           "steps_per_generation is above gradient_accumulation_steps (this run: num_iterations = {num_iterations}, "
+           "steps_per_generation = {steps_per_generation}, gradient_accumulation_steps = "
+           "{gradient_accumulation_steps})",
+    "api": "the other steps ended (end_step) without an observe_rollout call",
+}
+
+
+def rollout_gaps(integration: str, settings: Mapping[str, Any]) -> str:
+    """Why a run from ``integration`` has steps without a rollout (a generation reused, or no call).
+
+    >>> rollout_gaps("trl", {"num_iterations": 2})
+    'TRL trains on each generation for several optimizer steps when num_iterations > 1 or steps_per_generation is \
+above gradient_accumulation_steps (this run: num_iterations = 2)'
+    """
+    text = ROLLOUT_GAPS.get(integration, "the {who} integration observed no rollout at the other steps")
+    return _fill(text, INTEGRATIONS.get(integration, integration), settings)
 
 
 def advice(key: str, integration: str, settings: Mapping[str, Any]) -> str:
@@ -130,13 +173,21 @@ def advice(key: str, integration: str, settings: Mapping[str, Any]) -> str:
 
 
 def _fill(text: str, who: str, settings: Mapping[str, Any]) -> str:
-    """``text`` with ``{who}`` and the run's settings filled in; a ``(this run: x = {x})`` aside about a setting
-    the run record lacks is left out."""
+    """``text`` with ``{who}`` and the run's settings filled in; in a ``(this run: x = {x}, y = {y})`` aside, a
+    setting the run record lacks is left out (the aside too when it lacks them all).
+
+    >>> _fill("set x (this run: x = {x}, y = {y})", "TRL", {"y": 2})
+    'set x (this run: y = 2)'
+    """
     import re
     import string
 
-    text = re.sub(r" \(this run: [^()]*?\{(\w+)\}\)",
-                  lambda m: m.group(0) if m.group(1) in settings else "", text)
+    def aside(match: re.Match) -> str:
+        known = [part for part in match.group(1).split(", ")
+                 if all(name in settings for name in re.findall(r"\{(\w+)\}", part))]
+        return f" (this run: {', '.join(known)})" if known else ""
+
+    text = re.sub(r" \(this run: ([^()]*)\)", aside, text)
     names = {name for _, name, _, _ in string.Formatter().parse(text) if name and name != "who"}
     return text.format_map({**{n: settings.get(n) for n in names}, "who": who})
 

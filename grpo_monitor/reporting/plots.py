@@ -299,6 +299,9 @@ def draw_overdispersion_stuck(run: RunData):
     return stacked(run, keys, draw, height=2.5)
 
 
+_KL_AGAINST = {"grpo/kl/k2_mean": "k2 = u^2/2", "grpo/kl/user_mean": "the KL your loss uses"}
+
+
 def draw_kl(run: RunData):
     """k1 and k3 per token with the exact KL when the demo knows it; below, k2 and the trainer's own KL as their
     difference to k3 (all four nearly coincide on one axis: a small KL makes k2 ~ k3, and most trainers use k3)."""
@@ -331,7 +334,9 @@ def draw_kl(run: RunData):
             line(ax, run, None if values is None else values - k3, color, label, "-")
         reference(ax, 0.0, GREY, "0: the same as k3")
         fit_ylim(ax, min_span=1e-6, extra=[0.0])
-        finish(ax, run, "difference to k3", "k2 = u^2/2 and the KL your loss uses, as their difference to k3")
+        named = [_KL_AGAINST[key] for key, _, _ in against]  # the title names what the panel draws
+        finish(ax, run, "difference to k3", " and ".join(named) + (", as their difference to k3" if len(named) > 1
+                                                                   else ", as its difference to k3"))
     axes[-1].set_xlabel("step")
     return fig
 

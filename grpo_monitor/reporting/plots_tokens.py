@@ -73,6 +73,19 @@ def _pooled(run: RunData, key: str) -> list[list[float]]:
     return [h for h in run.histograms.get(key, []) if h]
 
 
+def _plain_log_ticks(ax) -> None:
+    """Log axes labelled with plain numbers (``4``, ``0.5``), minor ticks too on a narrow range, not ``4x10^0``."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):  # the ticks LogFormatter labels, written as plain numbers
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(Plain())
+        axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+
+
 def _expected_slopes(run: RunData) -> list[tuple[str, float, str, str]]:
     """(label, slope, colour, style) of the lines to draw: the declared aggregation's expectation (the run
     record's ``loss_aggregation``) and the fitted one (the last ``aggregation_id``) when it differs."""
@@ -122,6 +135,7 @@ def draw_weights(run: RunData):
             left.plot(grid, scale * grid ** slope, color=colour, linestyle=style, label=label)
     left.set_xscale("log")
     left.set_yscale("log")
+    _plain_log_ticks(left)
     centre = float(np.exp(np.mean(np.log(y))))
     left.set_ylim(min(y.min(), centre) / 4, max(y.max(), centre) * 4)  # float noise on a flat line stays flat
     left.set_xlabel("response length (valid tokens)")
@@ -135,13 +149,16 @@ def draw_weights(run: RunData):
 def _draw_question_shares(ax: Any, shares: list[list[float]]) -> None:
     """Histogram of every step's per-question shares of |weight|, with the equal share marked."""
     import numpy as np
+    from matplotlib.ticker import MaxNLocator
 
     if shares:
         pooled = np.concatenate([np.asarray(v, float) for v in shares])
-        ax.hist(pooled, bins=30, color=GREEN, alpha=0.8)
+        counts, _, _ = ax.hist(pooled, bins=30, color=GREEN, alpha=0.8)
         even = 1.0 / np.median([len(v) for v in shares])
         ax.axvline(even, color=ORANGE, label=f"equal shares: {even:.3g}")
-        ax.legend(fontsize=8)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of questions
+        ax.set_ylim(0, max(1.0, float(np.max(counts))) * 1.3)  # headroom: the legend covers no bar
+        ax.legend(fontsize=8, loc="upper right")
     ax.set_xlabel("a question's share of the step's |weight|")
     ax.set_ylabel("questions (all steps)")
     ax.set_title("Per-question weight", fontsize=10)

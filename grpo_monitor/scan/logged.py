@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..files.reading import InputFileError, check_regular
+from ..reporting.facts import plural
 from .columns import ScanInputError, describe
 
 
@@ -232,16 +233,16 @@ def logged_notes(logged: LoggedMetrics | None, result: Any, mismatch_k3: float) 
                 "metrics\")"]
     keys = ", ".join(f"{tag} -> {key}" for tag, key in result.logged_keys.items())
     notes = [f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the monitor's keys at "
-             f"{result.logged_steps} step(s): {keys}"]
+             f"{plural(result.logged_steps, 'step')}: {keys}"]
     missed = len(logged.by_step) - result.logged_steps
     if missed > 0:
-        notes.append(f"{missed} step(s) of the logged metrics have no recorded rollouts and are not shown")
+        notes.append(f"{plural(missed, 'step')} of the logged metrics have no recorded rollouts and are not shown")
     high = sorted(s for s, m in logged.by_step.items() if m.get("grpo/mismatch/k3_mean", 0.0) > mismatch_k3)
     if high:
         from .summary import step_ranges
 
         notes.append(f"the recorded mismatch KL (k3) is above mismatch_k3 = {mismatch_k3:g} nats per token at "
-                     f"{len(high)} step(s): {step_ranges(high)}; numerical noise stays below it (docs/mismatch.md): "
-                     "a sampler lagging the trainer, log-probs before temperature, shifted tokens or another "
-                     "model's log-probs")
+                     f"{plural(len(high), 'step')}: {step_ranges(high)}; numerical noise stays below it "
+                     "(docs/mismatch.md): a sampler lagging the trainer, log-probs before temperature, shifted "
+                     "tokens or another model's log-probs")
     return notes

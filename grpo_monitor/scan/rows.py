@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from ..reporting.facts import plural
 from .columns import ScanInputError, float_column, step_number, where
 
 
@@ -139,7 +140,7 @@ class RowBuffer:
         """The note on rows skipped for a null step (None when there were none)."""
         if not self.skipped:
             return None
-        return (f"{self.skipped} row(s) with no step ({field!r} is null) skipped, not counted in any step; "
+        return (f"{plural(self.skipped, 'row')} with no step ({field!r} is null) skipped, not counted in any step; "
                 f"the first at {self.first_skipped}")
 
     def finish(self) -> StepRows | None:

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..files.reading import InputFileError
 from ..files.writing import OutputDir
+from ..reporting.facts import plural
 from .columns import ColumnMap, ScanInputError
 from .detect import open_reader
 from .groups import build_groups
@@ -285,11 +286,12 @@ def _gather_notes(result: ScanResult, read: list[str]) -> None:
     notes += list(dict.fromkeys(read)) + result.notes
     if result.mixed_type_steps:
         notes.append(f"group values of several types ({', '.join(sorted(result.mixed_types))}) in "
-                     f"{result.mixed_type_steps} step(s) from step {result.mixed_first_step}: kept as separate groups "
-                     "(1, true and 1.0 are three groups); write the group ids with one type if they are one group")
+                     f"{plural(result.mixed_type_steps, 'step')} from step {result.mixed_first_step}: kept as "
+                     "separate groups (1, true and 1.0 are three groups); write the group ids with one type if they "
+                     "are one group")
     if result.split_groups:
-        notes.append(f"{result.split_groups} group(s) came from a prompt that held k x group_size rows in one step, "
-                     "cut into groups of group_size in row order")
+        notes.append(f"{plural(result.split_groups, 'group')} came from a prompt that held k x group_size rows in "
+                     "one step, cut into groups of group_size in row order")
     result.notes = notes
 
 

@@ -20,6 +20,8 @@ pytestmark = pytest.mark.slow
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXPECTED = {
     "torch_loop.py": ["step 4: reward", "5 steps logged (0 to 4): no violations"],
+    "custom_loop.py": ["after 100 steps; convention bessel", "100 steps logged (0 to 99)"],
+    "demo_plain.py": ["final degenerate rate", "200 steps logged (0 to 199)"],
     "hf_trainer_example.py": ["step 4: degenerate rate"],
     "trl_example.py": ["step 3: degenerate rate 0.50 (TRL frac_reward_zero_std 0.00, gap 0.50)", "violations 0"],
     "verl_example.py": ["step 1: degenerate rate 0.25", "warning: step 1: invariant 'degenerate_zero' warning",
@@ -28,7 +30,8 @@ EXPECTED = {
                                "['grpo-rank0.jsonl'] (rank 0 only)"],
 }
 #: The JSONL log each example writes under its --out folder.
-LOG = {"torch_loop.py": "grpo.jsonl", "hf_trainer_example.py": "grpo.jsonl", "trl_example.py": "grpo.jsonl",
+LOG = {"custom_loop.py": "monitor.jsonl", "demo_plain.py": "monitor.jsonl",
+       "torch_loop.py": "grpo.jsonl", "hf_trainer_example.py": "grpo.jsonl", "trl_example.py": "grpo.jsonl",
        "verl_example.py": "grpo.jsonl", "distributed_example.py": "grpo-rank0.jsonl"}
 _PRINTED = re.compile(r"^\s+(error|warning): step (\d+): invariant '(\w+)' (broken|warning)", re.M)
 _COUNTS = re.compile(r"^(\d+) steps? logged[^:]*: "

@@ -106,7 +106,7 @@ def test_verl_rollout_corr_metrics_are_reported_as_the_monitors(tmp_path, verl_r
     assert any("rollout_corr/kl -> grpo/mismatch/k1_mean" in n for n in result.notes)
     high = [s for s, r in refs.items() if r["grpo/mismatch/k3_mean"] > 0.02]
     assert high == [5]  # the sampler noise of token_batches grows with the step
-    assert any("above mismatch_k3 = 0.02 nats per token at 1 step(s): 5" in n for n in result.notes)
+    assert any("above mismatch_k3 = 0.02 nats per token at 1 step: 5" in n for n in result.notes)
 
 
 def trl_logs(old, sampler, mask, lengths, entropy) -> dict[str, float]:

@@ -37,8 +37,8 @@ def test_rows_with_a_null_step_are_counted_not_dropped_or_merged(tmp_path):
     result = scan(write_jsonl(tmp_path / "r.jsonl", rows), tmp_path / "out")
     assert result.rows == 8 and result.steps == 2
     note = next(n for n in result.notes if "no step" in n)
-    assert "6 row(s)" in note and "r.jsonl, line 1" in note
-    assert "6 row(s) with no step" in format_summary(result)
+    assert "6 rows" in note and "r.jsonl, line 1" in note
+    assert "6 rows with no step" in format_summary(result)
 
 
 def test_a_true_step_is_not_merged_into_step_1(tmp_path):
@@ -73,7 +73,7 @@ def test_group_values_of_several_types_stay_apart_and_are_noted(tmp_path):
     metrics = read_jsonl(result.log)[0]["metrics"]
     assert metrics["grpo/groups/total"] == 3 and metrics["grpo/groups/degenerate_rate"] == pytest.approx(1 / 3)
     note = next(n for n in result.notes if "several types" in n)
-    assert "bool, float, int" in note and "1 step(s) from step 0" in note
+    assert "bool, float, int" in note and "1 step from step 0" in note
 
 
 @pytest.mark.parametrize("bad, word", [(float("nan"), "NaN"), (None, "null")], ids=["nan", "null"])
