@@ -215,7 +215,8 @@ def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimat
     reader = open_reader(path, fmt, columns, group_size)
     logged = recorded_metrics(metrics, reader)
     config = monitor_config(reader.declared, group_size, estimator)
-    check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
+    read = [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)]
+    check_out(out, read if metrics is None else [*read, Path(metrics)])  # --metrics is an input too
     created = not out.exists()
     prepare_out(out, overwrite)
     staging = Path(tempfile.mkdtemp(prefix=".grpo-monitor-scan-", dir=out))
