@@ -91,6 +91,21 @@ def read_wandb_records(path: str | os.PathLike) -> list:
     return records
 
 
+def value_of(item: Any) -> Any:
+    """The value of a history, summary or config item (its ``value_json``).
+
+    A value nested too deep, a number out of range or text that is not JSON (a damaged or
+    hand-made file) is an ``InputFileError`` (a ``ValueError``) naming the item's key.
+    """
+    from ..files.reading import InputFileError, loads
+
+    key = "/".join(item.nested_key) or item.key
+    try:
+        return loads(item.value_json, f"the W&B item {key!r}")
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"the W&B item {key!r}: its value is not JSON ({exc.msg})") from None
+
+
 def _items_to_dict(items) -> dict[str, Any]:
     """History/summary items (``key`` or ``nested_key`` + ``value_json``) as a nested dict."""
     out: dict[str, Any] = {}
@@ -99,7 +114,7 @@ def _items_to_dict(items) -> dict[str, Any]:
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = json.loads(item.value_json)
+        node[path[-1]] = value_of(item)
     return out
 
 
@@ -108,7 +123,8 @@ def _of_type(records: list, kind: str) -> list:
 
 
 def history_rows(records: list) -> list[dict[str, Any]]:
-    """One dict per ``run.log`` row; NaN/inf come back as floats, media as nested dicts."""
+    """One dict per ``run.log`` row; NaN/inf come back as floats, media as nested dicts (a damaged value: see
+    :func:`value_of`)."""
     return [_items_to_dict(r.history.item) for r in _of_type(records, "history")]
 
 
