@@ -147,8 +147,12 @@ def _from_wandb(run: Path) -> LoggedMetrics:
     wandb_file = sorted(run.glob("run-*.wandb"))[-1]
     check_regular(wandb_file, run)
     try:
-        rows = history_rows(read_wandb_records(wandb_file))
-    except ValueError as exc:  # a bad header or checksum, a value too deep, out of range or not JSON
+        records = read_wandb_records(wandb_file)
+    except ValueError as exc:  # a bad header, checksum or record (the text names the file)
+        raise ScanInputError(f"--metrics {exc}") from None
+    try:
+        rows = history_rows(records)
+    except ValueError as exc:  # a value too deep, out of range or not JSON (the text names the item)
         raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
     out = LoggedMetrics(run, "wandb")
     for row in rows:

@@ -72,7 +72,7 @@ def _payloads(data: bytes, path: Any) -> Iterator[bytes]:
 def read_wandb_records(path: str | os.PathLike) -> list:
     """Every ``Record`` proto in a ``.wandb`` file, in write order.
 
-    Raises ``ValueError`` on a bad file header or a failed checksum.
+    Raises ``ValueError`` on a bad file header, a failed checksum or a record that does not parse.
     """
     from wandb.proto import wandb_internal_pb2
 
@@ -82,11 +82,16 @@ def read_wandb_records(path: str | os.PathLike) -> list:
             f"{path}: expected a .wandb file starting with {IDENT!r}, magic {MAGIC:#x}, "
             f"version {VERSION}, but got {data[:HEADER.size]!r}"
         )
+    from google.protobuf.message import DecodeError
+
     records = []
-    for payload in _payloads(data, path):
+    for number, payload in enumerate(_payloads(data, path), 1):
         # the generated protobuf module re-exports its messages from a version-specific one (no stubs)
         record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-        record.ParseFromString(payload)
+        try:
+            record.ParseFromString(payload)
+        except DecodeError as exc:  # a checksum that holds over bytes that are no Record: a hand-made file
+            raise ValueError(f"{path}: record {number} is not a W&B record ({exc})") from None
         records.append(record)
     return records
 

@@ -131,3 +131,18 @@ def test_a_hostile_metrics_log_is_a_worded_error(line, words, tmp_path, capsys):
     code, err = run_cli(["scan", str(rollouts(tmp_path)), "--out", str(tmp_path / "out"), "--metrics", str(log),
                          "-G", "4", "-q", "--no-report", *limit], capsys)
     assert_worded(code, err, f"--metrics {log}", *words)
+
+
+def test_a_record_that_is_no_wandb_record_is_worded(tmp_path, capsys):
+    """A record whose checksum holds over bytes that are no Record proto (a hand-made file): `--metrics RUN` exits
+    2 naming the file and the record; scanning the run's tables goes on and notes it (before: DecodeError)."""
+    run = trl_run(tmp_path)
+    body = b"\xff\xff\xff\xff\x0f not a record"
+    header = RECORD_HEADER.pack(zlib.crc32(body, zlib.crc32(bytes([FULL]))), len(body), FULL)
+    (run / "run-1.wandb").write_bytes(HEADER.pack(IDENT, MAGIC, VERSION) + header + body)
+    code, err = run_cli(["scan", str(rollouts(tmp_path)), "--out", str(tmp_path / "o1"), "--metrics", str(run),
+                         "-G", "4", "-q", "--no-report"], capsys)
+    assert_worded(code, err, "run-1.wandb: record 1 is not a W&B record")
+    assert main(["scan", str(run), "--out", str(tmp_path / "o2"), "--format", "trl-wandb", "-G", "2",
+                 "--no-report"]) == 0
+    assert "record 1 is not a W&B record" in capsys.readouterr().out
