@@ -23,6 +23,19 @@ from .records import read_step_records
 LOG_NAMES = ("monitor.jsonl", "grpo_monitor.jsonl", "metrics.jsonl")
 THEORY_NAME = "theory.jsonl"
 META_NAME = "run.json"
+#: The largest group size a report takes from a run's files: beyond any GRPO run, and it keeps the figures' work
+#: per G (the two-valued std check, the iid predictions) small when a run.json or a run record is damaged.
+MAX_GROUP_SIZE = 1 << 14
+
+
+def declared_group_size(value: Any) -> int | None:
+    """``value`` when it is a group size a report can use (an int from 2 to :data:`MAX_GROUP_SIZE`), else None.
+
+    >>> declared_group_size(8), declared_group_size(True), declared_group_size(10 ** 22)
+    (8, None, None)
+    """
+    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_GROUP_SIZE
+    return value if ok else None
 
 
 @dataclasses.dataclass
