@@ -171,9 +171,10 @@ def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def _num(value: Any) -> float:
+    """``value`` as a float; NaN for anything else (an int past float range included)."""
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 
@@ -218,4 +219,4 @@ def _numbers(value: Any) -> list[float] | None:
     """A list of numbers as floats; None for anything else."""
     if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
         return None
-    return [float(v) for v in value]
+    return [_num(v) for v in value]

@@ -101,3 +101,19 @@ def test_report_and_scan_run_under_an_address_space_limit(tmp_path):
         assert done.returncode == 0, done.stderr[-2000:]
         assert "MemoryError" not in done.stderr
     assert (run / "report.html").is_file() and (tmp_path / "again" / "report.html").is_file()
+
+
+def test_numbers_past_float_range_in_theory_jsonl_are_no_value(tmp_path):
+    """An int past float range in theory.jsonl (a scalar, and inside a per-group list) reads as NaN, as a string
+    scalar there does (before: OverflowError out of `report`)."""
+    from grpo_monitor.reporting.data import load_run
+
+    run = scanned(tmp_path)
+    huge = "1" + "0" * 400
+    (run / "theory.jsonl").write_text(f'{{"step": 0, "x": {huge}, "y": 0.5, "p": [{huge}, 0.5]}}\n'
+                                      '{"step": 1, "x": 2.0, "y": 0.25, "p": [0.5, 0.5]}\n')
+    data = load_run(run / "monitor.jsonl")
+    assert np.isnan(data.theory["x"][0]) and data.theory["x"][1] == 2.0 and list(data.theory["y"][:2]) == [0.5, 0.25]
+    first, second = data.theory_groups["p"][:2]
+    assert np.isnan(first[0]) and first[1:] == [0.5] and second == [0.5, 0.5]
+    assert build_report(run / "monitor.jsonl", run).is_file()
