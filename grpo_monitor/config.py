@@ -161,7 +161,12 @@ class MonitorConfig(BaseModel):
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
     def __init__(self, **data: Any) -> None:
-        # a misspelt estimator is one line naming the closest names, not pydantic's report of every name
+        # a misspelt field or estimator is one line naming the closest names, not pydantic's report of every name
+        unknown = [key for key in data if key not in type(self).model_fields and key != "estimator"]
+        if unknown:
+            from .step.calls import unknown_keywords
+
+            raise unknown_keywords("MonitorConfig", unknown, [*type(self).model_fields, "estimator"])
         for argument in ("estimator", "std_convention"):
             name = data.get(argument)
             if isinstance(name, str) and not _known(name):

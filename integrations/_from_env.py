@@ -23,8 +23,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._on_import import when_imported
 from grpo_monitor.sinks.auto import sinks_from_specs
@@ -56,7 +54,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> tuple[Monitor
     sinks = sinks_from_specs(fields.pop("sinks", ["auto"]))
     try:
         config = MonitorConfig(**fields) if fields else None
-    except ValidationError as exc:
+    except (ValueError, TypeError) as exc:  # pydantic's ValidationError, a misspelt field or estimator
         raise ValueError(f"{ENV} holds an invalid MonitorConfig: {exc}") from None
     return config, sinks
 

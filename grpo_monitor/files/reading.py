@@ -139,7 +139,10 @@ def read_input(path: str | os.PathLike, folder: Path | None = None) -> bytes:
     """The whole of a regular file within the file limit (a file that grows past it while read is refused)."""
     limit = limits().max_file_bytes
     with open_input(path, folder) as f:
-        data = f.read(limit + 1)
+        # a buffer sized by the file, not by the limit (16 GiB: refused under a ulimit -v or a strict overcommit)
+        data = f.read(min(os.fstat(f.fileno()).st_size, limit) + 1)
+        while len(data) <= limit and (more := f.read(min(BLOCK_BYTES, limit + 1 - len(data)))):
+            data += more  # the file grew while read
     if len(data) > limit:
         raise InputFileError(f"{path}: over the file size limit of {limit} bytes; raise it with "
                              f"--max-file-bytes N (or {FILE_ENV}=N)")

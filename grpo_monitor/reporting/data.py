@@ -23,6 +23,19 @@ from .records import read_step_records
 LOG_NAMES = ("monitor.jsonl", "grpo_monitor.jsonl", "metrics.jsonl")
 THEORY_NAME = "theory.jsonl"
 META_NAME = "run.json"
+#: The largest group size a report takes from a run's files: beyond any GRPO run, and it keeps the figures' work
+#: per G (the two-valued std check, the iid predictions) small when a run.json or a run record is damaged.
+MAX_GROUP_SIZE = 1 << 14
+
+
+def declared_group_size(value: Any) -> int | None:
+    """``value`` when it is a group size a report can use (an int from 2 to :data:`MAX_GROUP_SIZE`), else None.
+
+    >>> declared_group_size(8), declared_group_size(True), declared_group_size(10 ** 22)
+    (8, None, None)
+    """
+    ok = isinstance(value, int) and not isinstance(value, bool) and 2 <= value <= MAX_GROUP_SIZE
+    return value if ok else None
 
 
 @dataclasses.dataclass
@@ -158,9 +171,10 @@ def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def _num(value: Any) -> float:
+    """``value`` as a float; NaN for anything else (an int past float range included)."""
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return math.nan
 
 
@@ -205,4 +219,4 @@ def _numbers(value: Any) -> list[float] | None:
     """A list of numbers as floats; None for anything else."""
     if not isinstance(value, list) or not all(isinstance(v, (int, float)) for v in value):
         return None
-    return [float(v) for v in value]
+    return [_num(v) for v in value]

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .data import RunData
+from .data import RunData, declared_group_size
 from .numbers import number
 
 
@@ -256,8 +256,8 @@ def exact_check(counts: list[float], ps: list[list[float]], G: int) -> tuple[flo
 
 def _demo_check(run: RunData, counts: np.ndarray, p_key: str, generated: bool) -> DegenerateCheck | None:
     groups = run.theory_groups.get(p_key)
-    G = run.meta.get("group_size")
-    if not groups or not isinstance(G, int):
+    G = declared_group_size(run.meta.get("group_size"))
+    if not groups or G is None:
         return None
     keep = [(i, ps) for i, ps in enumerate(groups) if ps is not None and math.isfinite(counts[i])]
     if not keep:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..estimators.registry import CUSTOM_ID, ESTIMATORS, name_of
 from ..stats.conventions import CONVENTIONS
-from .data import RunData
+from .data import RunData, declared_group_size
 from .plots_core import (
     BLUE,
     GREEN,
@@ -136,13 +136,17 @@ def question_std_matrix(run: RunData, bins: int = 25, max_columns: int = 60) -> 
 
 
 def _two_valued(live: np.ndarray, G: int | None) -> bool:
-    """Whether the distinct non-zero group stds are c * sqrt(k (G - k)) for one c (two-valued rewards, G fixed)."""
+    """Whether the distinct non-zero group stds (sorted) are c * sqrt(k (G - k)) for one c and integers k in
+    1..G/2 (two-valued rewards, G fixed). Each candidate c (the largest value at one k) is checked in one pass:
+    a value's k is the nearer integer to its inverse, so the work is G/2 passes over the values."""
     if G is None or not live.size or len(live) > G // 2:
         return False
-    roots = np.sqrt([k * (G - k) for k in range(1, G // 2 + 1)])
-    for root in roots:  # the largest value is c * root for one of them
-        c = live[-1] / root
-        if all(np.min(np.abs(roots * c - v)) <= 1e-6 * max(v, 1e-12) + 1e-9 for v in live):
+    tol = 1e-6 * np.maximum(live, 1e-12) + 1e-9
+    for top in range(1, G // 2 + 1):  # the largest value is c * sqrt(top (G - top)) for one of them
+        c2 = live[-1] ** 2 / (top * (G - top))
+        k = (G - np.sqrt(np.maximum(G * G - 4 * live**2 / c2, 0.0))) / 2  # k (G - k) = (v / c)^2, k <= G / 2
+        near = [np.clip(np.floor(k), 1, G // 2), np.clip(np.ceil(k), 1, G // 2)]
+        if (np.min([np.abs(np.sqrt(n * (G - n) * c2) - live) for n in near], axis=0) <= tol).all():
             return True
     return False
 
@@ -208,7 +212,7 @@ def draw_advantages(run: RunData):
 def group_size(run: RunData) -> int | None:
     """G from the run's settings, else rows per group when one value holds at every step (ledger, or advantages)."""
     for declared in (run.meta.get("group_size"), run.config.get("group_size")):
-        if isinstance(declared, int) and declared >= 2:
+        if declared_group_size(declared) is not None:
             return declared
     groups = run.series("grpo/sampling/generated_groups")
     rows = run.series("grpo/sampling/generated_responses")
@@ -221,9 +225,9 @@ def group_size(run: RunData) -> int | None:
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = rows / groups
     ratio = ratio[np.isfinite(ratio)]
-    if not ratio.size or not np.allclose(ratio, ratio[0]) or round(ratio[0]) < 2:
+    if not ratio.size or not np.allclose(ratio, ratio[0]):
         return None
-    return int(round(ratio[0]))
+    return declared_group_size(int(round(ratio[0])))
 
 
 def convention_index(run: RunData) -> np.ndarray | None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..files.reading import InputFileError, check_regular
+from ..files.reading import InputFileError, check_regular, loads, open_input, read_text_blocks
 from ..reporting.facts import plural
 from .columns import ScanInputError, describe
 
@@ -98,13 +98,13 @@ class LoggedMetrics:
     found: dict[str, LoggedKey] = dataclasses.field(default_factory=dict)  # logged tag -> mapping
 
     def add(self, step: Any, tag: str, value: Any) -> None:
-        entry = monitor_key(tag)
-        if entry is None or isinstance(value, bool) or not isinstance(value, (int, float)):
-            return
-        if not math.isfinite(value) or isinstance(step, bool) or not isinstance(step, (int, float)):
+        """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
+        infinite or a float-overflowing number is no measurement, as the W&B and TensorBoard readers see it)."""
+        entry, number, at = monitor_key(tag), _finite(value), _finite(step)
+        if entry is None or number is None or at is None:
             return
         self.found.setdefault(tag, entry)
-        self.by_step.setdefault(int(step), {})[entry.key] = float(value)
+        self.by_step.setdefault(int(at), {})[entry.key] = number
 
     def for_step(self, step: int) -> dict[str, float]:
         """The mapped values logged at ``step`` ({} when none)."""
@@ -149,14 +149,33 @@ def _from_wandb(run: Path) -> LoggedMetrics:
     check_regular(wandb_file, run)
     try:
         records = read_wandb_records(wandb_file)
-    except ValueError as exc:
+    except ValueError as exc:  # a bad header, checksum or record (the text names the file)
+        raise ScanInputError(f"--metrics {exc}") from None
+    try:
+        rows = history_rows(records)
+    except ValueError as exc:  # a value too deep, out of range or not JSON (the text names the item)
         raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
     out = LoggedMetrics(run, "wandb")
-    for row in history_rows(records):
+    for row in rows:
         step = row.get("train/global_step", row.get("_step"))  # transformers logs the trainer's step beside
         for tag, value in _flat(row):
             out.add(step, tag, value)
     return out
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for anything else (a bool, a string, NaN, inf, an int past float range).
+
+    >>> _finite(3), _finite(True), _finite(float("nan")), _finite(10 ** 400)
+    (3.0, None, None, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -189,24 +208,29 @@ def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
 
 def _from_jsonl(path: Path) -> LoggedMetrics:
     """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
-    check_regular(path, None)
     out = LoggedMetrics(path, "jsonl")
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise ScanInputError(f"--metrics {path}, line {number}: not JSON ({exc.msg})") from None
-            if not isinstance(record, dict) or "step" not in record:
-                raise ScanInputError(f"--metrics {path}, line {number}: expected a record with a \"step\" (verl's "
-                                     f"file logger writes {{\"step\": N, \"data\": {{...}}}}), but got "
-                                     f"{describe(record)}")
-            data = record["data"] if isinstance(record.get("data"), dict) else record
-            for tag, value in data.items():
-                out.add(record["step"], tag, value)
+    for number, raw in _lines(path):  # bounded: the line and file limits, linear in a long line
+        try:
+            record = loads(raw, f"--metrics {path}", number)  # too deep or out of range: worded
+        except json.JSONDecodeError as exc:
+            raise ScanInputError(f"--metrics {path}, line {number}: not JSON ({exc.msg})") from None
+        if not isinstance(record, dict) or "step" not in record:
+            raise ScanInputError(f"--metrics {path}, line {number}: expected a record with a \"step\" (verl's "
+                                 f"file logger writes {{\"step\": N, \"data\": {{...}}}}), but got "
+                                 f"{describe(record)}")
+        data = record["data"] if isinstance(record.get("data"), dict) else record
+        for tag, value in data.items():
+            out.add(record["step"], tag, value)
     return out
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a regular file, read within the line and file limits."""
+    with open_input(path) as f:
+        for text, first, _, _ in read_text_blocks(f, f"--metrics {path}"):
+            for offset, line in enumerate(text.split("\n")):
+                if line.strip():
+                    yield first + offset, line
 
 
 def recorded_metrics(metrics: str | Path | None, reader: Any) -> LoggedMetrics | None:

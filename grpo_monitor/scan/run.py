@@ -61,7 +61,8 @@ class ScanResult:
     mixed_type_steps: int = 0
     mixed_first_step: int | None = None
     mixed_types: set[str] = dataclasses.field(default_factory=set)
-    disabled: dict[str, int] = dataclasses.field(default_factory=dict)
+    #: parts an internal fault switched off (each is retried on the next step): (first step, last step, steps) off
+    disabled: dict[str, tuple[int, int, int]] = dataclasses.field(default_factory=dict)
     #: steps that got the trainer's own logged sampler-side metrics (``.logged``), and their source keys
     logged_steps: int = 0
     logged_keys: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -215,7 +216,8 @@ def _scan(path: str | Path, out: Path, fmt: str, group_size: int | None, estimat
     reader = open_reader(path, fmt, columns, group_size)
     logged = recorded_metrics(metrics, reader)
     config = monitor_config(reader.declared, group_size, estimator)
-    check_out(out, [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)])
+    read = [reader.source, *(f[1] if isinstance(f, tuple) else f for f in reader.files)]
+    check_out(out, read if metrics is None else [*read, Path(metrics)])  # --metrics is an input too
     created = not out.exists()
     prepare_out(out, overwrite)
     staging = Path(tempfile.mkdtemp(prefix=".grpo-monitor-scan-", dir=out))
@@ -279,10 +281,20 @@ def _scan_into(out: Path, path: str | Path, reader: Any, config: Any, columns: C
     return result
 
 
+def _steps_text(first: int, last: int, n: int) -> str:
+    """Where the ``n`` steps a part was off lie, in words.
+
+    >>> _steps_text(4, 4, 1), _steps_text(4, 9, 3)
+    ('at step 4', 'between steps 4 and 9')
+    """
+    return f"at step {first}" if n == 1 else f"between steps {first} and {last}"
+
+
 def _gather_notes(result: ScanResult, read: list[str]) -> None:
     """The readers' notes (the child's reader notes what the parent's did: once each), then the scan's own."""
-    notes = [f"INCOMPLETE: an internal fault of the monitor switched its {part!r} part off at step {step} (see the "
-             "log); later steps were not checked" for part, step in result.disabled.items()]
+    notes = [f"INCOMPLETE: an internal fault of the monitor switched its {part!r} part off on {n} of "
+             f"{result.steps} step(s) {_steps_text(first, last, n)} (see the log); those steps were not checked"
+             for part, (first, last, n) in result.disabled.items()]
     notes += list(dict.fromkeys(read)) + result.notes
     if result.mixed_type_steps:
         notes.append(f"group values of several types ({', '.join(sorted(result.mixed_types))}) in "
@@ -337,8 +349,9 @@ def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], 
                 result.violations.add(report)
                 result.questions.update(groups)
                 _count(result, info, groups)
-                for part in monitor.disabled_parts - result.disabled.keys():
-                    result.disabled[part] = info.step
+                for part in monitor.disabled_parts:  # off for this step: retried on the next one
+                    first, _, n = result.disabled.get(part, (info.step, info.step, 0))
+                    result.disabled[part] = (first, info.step, n + 1)
                 progress.advance(info.units, info.step)
     finally:
         log.setLevel(level)

@@ -72,19 +72,24 @@ def wandb_run_meta(run: Path) -> dict[str, Any]:
     if not files:
         return {}
     try:
-        from ..sinks.wandb_reader import history_rows, read_wandb_records
+        from ..sinks.wandb_reader import history_rows, read_wandb_records, value_of
 
         check_regular(files[-1], run)  # a FIFO or a device there would hang or never end
         records = read_wandb_records(files[-1])
     except (ImportError, ValueError, OSError):
         return {}
     config: dict[str, Any] = {}
-    for r in records:
-        if r.WhichOneof("record_type") == "config":
-            for item in r.config.update:
-                value = json.loads(item.value_json)
-                config[item.key] = value.get("value", value) if isinstance(value, dict) and "value" in value else value
-    names = {k.split("/")[2] for row in history_rows(records) for k in _flat_keys(row)
+    try:  # a value too deep, out of range or not JSON: worded, naming the file (the run's config decides G)
+        for r in records:
+            if r.WhichOneof("record_type") == "config":
+                for item in r.config.update:
+                    value = value_of(item)
+                    config[item.key] = value.get("value", value) if isinstance(value, dict) and "value" in value \
+                        else value
+        rows = history_rows(records)
+    except ValueError as exc:
+        raise ScanInputError(f"{files[-1]}: {exc}") from None
+    names = {k.split("/")[2] for row in rows for k in _flat_keys(row)
              if k.startswith("train/rewards/") and k.endswith("/mean") and k.count("/") == 3}
     return {"config": config, "reward_names": names}
 

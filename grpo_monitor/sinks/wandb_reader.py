@@ -72,7 +72,7 @@ def _payloads(data: bytes, path: Any) -> Iterator[bytes]:
 def read_wandb_records(path: str | os.PathLike) -> list:
     """Every ``Record`` proto in a ``.wandb`` file, in write order.
 
-    Raises ``ValueError`` on a bad file header or a failed checksum.
+    Raises ``ValueError`` on a bad file header, a failed checksum or a record that does not parse.
     """
     from wandb.proto import wandb_internal_pb2
 
@@ -82,13 +82,33 @@ def read_wandb_records(path: str | os.PathLike) -> list:
             f"{path}: expected a .wandb file starting with {IDENT!r}, magic {MAGIC:#x}, "
             f"version {VERSION}, but got {data[:HEADER.size]!r}"
         )
+    from google.protobuf.message import DecodeError
+
     records = []
-    for payload in _payloads(data, path):
+    for number, payload in enumerate(_payloads(data, path), 1):
         # the generated protobuf module re-exports its messages from a version-specific one (no stubs)
         record = wandb_internal_pb2.Record()  # type: ignore[attr-defined]
-        record.ParseFromString(payload)
+        try:
+            record.ParseFromString(payload)
+        except DecodeError as exc:  # a checksum that holds over bytes that are no Record: a hand-made file
+            raise ValueError(f"{path}: record {number} is not a W&B record ({exc})") from None
         records.append(record)
     return records
+
+
+def value_of(item: Any) -> Any:
+    """The value of a history, summary or config item (its ``value_json``).
+
+    A value nested too deep, a number out of range or text that is not JSON (a damaged or
+    hand-made file) is an ``InputFileError`` (a ``ValueError``) naming the item's key.
+    """
+    from ..files.reading import InputFileError, loads
+
+    key = "/".join(item.nested_key) or item.key
+    try:
+        return loads(item.value_json, f"the W&B item {key!r}")
+    except json.JSONDecodeError as exc:
+        raise InputFileError(f"the W&B item {key!r}: its value is not JSON ({exc.msg})") from None
 
 
 def _items_to_dict(items) -> dict[str, Any]:
@@ -99,7 +119,7 @@ def _items_to_dict(items) -> dict[str, Any]:
         node = out
         for part in path[:-1]:
             node = node.setdefault(part, {})
-        node[path[-1]] = json.loads(item.value_json)
+        node[path[-1]] = value_of(item)
     return out
 
 
@@ -108,7 +128,8 @@ def _of_type(records: list, kind: str) -> list:
 
 
 def history_rows(records: list) -> list[dict[str, Any]]:
-    """One dict per ``run.log`` row; NaN/inf come back as floats, media as nested dicts."""
+    """One dict per ``run.log`` row; NaN/inf come back as floats, media as nested dicts (a damaged value: see
+    :func:`value_of`)."""
     return [_items_to_dict(r.history.item) for r in _of_type(records, "history")]
 
 

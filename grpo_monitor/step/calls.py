@@ -25,6 +25,7 @@ SYNONYMS = {
     "logprobs": ("log_probs", "log_prob", "per_token_logps"),
     "old_logprobs": ("old_log_probs", "old_log_prob", "old_per_token_logps"),
     "ref_logprobs": ("ref_log_probs", "ref_log_prob", "ref_per_token_logps"),
+    "group_size": ("num_generations", "n_samples_per_prompt", "rollout_n", "n_samples", "num_samples"),
 }
 _SYNONYM_OF = {alias: name for name, aliases in SYNONYMS.items() for alias in aliases}
 
@@ -52,11 +53,21 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
         unknown = [k for k in kwargs if k not in sig.parameters]
         if not unknown:
             raise InputTypeError(f"{fn.__name__}(): {exc}; its arguments are {', '.join(valid)}") from None
-        hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
-        raise InputTypeError(
-            f"{fn.__name__}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints} "
-            f"(its arguments: {', '.join(valid)})"
-        ) from None
+        raise unknown_keywords(fn.__name__, unknown, valid, listed=True) from None
+
+
+def unknown_keywords(call: str, unknown: Sequence[str], valid: Sequence[str], *, listed: bool = False
+                     ) -> InputTypeError:
+    """The error for keywords ``call`` does not take: each named with the nearest ``valid`` one (all of them
+    ``listed`` too, for a short signature).
+
+    >>> print(unknown_keywords("MonitorConfig", ["num_generations"], ["group_size", "history_cap"]))
+    MonitorConfig() got an unexpected keyword argument 'num_generations'; did you mean group_size?
+    """
+    hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
+    names = f" (its arguments: {', '.join(valid)})" if listed else ""
+    return InputTypeError(f"{call}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints}"
+                          f"{names}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -66,6 +66,20 @@ def test_a_keyword_added_later_to_a_signature_gets_the_same_treatment():
         Wider(MonitorConfig()).observe_rollout(R, reward_component={"a": R})
 
 
+@pytest.mark.parametrize("wrong, right", [("grup_size", "group_size"), ("on_violaton", "on_violation"),
+                                          ("num_generations", "group_size"), ("histroy_cap", "history_cap")])
+def test_a_misspelt_config_field_is_a_type_error_naming_the_nearest_field(wrong, right):
+    """MonitorConfig takes keywords too: one line naming the nearest field (a trainer's name ranks first), no
+    pydantic report; GRPO_MONITOR_CONFIG words the same error under its own name."""
+    from grpo_monitor.integrations._from_env import settings_from_env
+
+    with pytest.raises(TypeError, match=f"^MonitorConfig\\(\\) got an unexpected keyword argument '{wrong}'; "
+                                        f"did you mean {right}\\?$"):
+        MonitorConfig(**{"group_size": 4, wrong: 1})
+    with pytest.raises(ValueError, match=f"GRPO_MONITOR_CONFIG holds an invalid MonitorConfig: .*'{wrong}'"):
+        settings_from_env({"GRPO_MONITOR_CONFIG": f'{{"{wrong}": 1}}'})
+
+
 def test_too_many_positional_arguments_and_a_missing_one_are_type_errors():
     """Positional misuse is the caller's error too: a TypeError naming the call, no part switched off."""
     mon = _monitor()

@@ -38,6 +38,23 @@ def test_an_input_folder_named_plots_under_out_is_never_removed(tmp_path, capsys
     assert src.is_file()
 
 
+def test_a_metrics_recording_under_out_is_never_removed(tmp_path, capsys):
+    """`--metrics OUT/tensorboard` (the training run's own TensorBoard events, a name scan writes) with `--out OUT
+    --overwrite` is refused as an input under --out; the events stay byte for byte (--overwrite used to replace
+    them with the scan's own)."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    events = tmp_path / "out" / "tensorboard"
+    with SummaryWriter(str(events)) as writer:
+        writer.add_scalar("train/entropy", 0.5, 0)
+    before = {p.name: p.read_bytes() for p in events.iterdir()}
+    src = write_rows(tmp_path / "r.jsonl")
+    code = main(["scan", str(src), "--out", str(tmp_path / "out"), "--metrics", str(events), "--overwrite", "-q",
+                 "--no-report"])
+    assert code == 2 and f"holds the input {events}" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in events.iterdir()} == before
+
+
 def test_out_equal_to_the_input_file_is_refused(tmp_path, capsys):
     """--out naming the input file itself is refused."""
     src = write_rows(tmp_path / "r.jsonl")

@@ -124,3 +124,29 @@ def test_a_retried_integration_part_comes_back(monkeypatch):
     with pytest.warns(RuntimeWarning, match="retrying the 'toy integration' part at step 1"):
         guard(observe, False)
     assert calls == [0, 1] and mon.end_step().metrics[DISABLED] == 0.0
+
+
+def test_a_scan_names_the_steps_a_transient_fault_left_unchecked(monkeypatch, tmp_path):
+    """In `scan`, a fault at step 1 leaves only step 1 unchecked: the summary says 1 of 5 steps, the retried part
+    catches step 3's NaN advantage, and the log shows the part off at step 1 only."""
+    import json
+
+    from grpo_monitor.scan import format_summary, scan_rollouts
+    from grpo_monitor.sinks import read_jsonl
+
+    _faulty_rollout_stats(monkeypatch, fail_on={1})
+    rows = [{"step": s, "group": g, "reward": float(r), "advantage": math.nan if (s, g, i) == (3, 0, 0) else float(a)}
+            for s in range(5) for g in range(3) for i, (r, a) in enumerate(zip(R[g], ADV[g], strict=True))]
+    path = tmp_path / "rollouts.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = scan_rollouts(path, tmp_path / "out", group_size=4, estimator="population", quiet=True,
+                               report=False, tensorboard=False)
+    summary = format_summary(result)
+    assert "switched its 'rollout' part off on 1 of 5 step(s) at step 1" in summary, summary
+    assert "later steps" not in summary and result.errors >= 1
+    records = list(read_jsonl(result.log))
+    assert [r["metrics"][DISABLED] for r in records] == [0.0, 1.0, 0.0, 0.0, 0.0]
+    assert [v["invariant"] for r in records for v in r["violations"]] == ["finite"]
+    assert records[3]["violations"][0]["step"] == 3
