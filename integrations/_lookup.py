@@ -5,24 +5,35 @@ from __future__ import annotations
 
 import sys
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 
 def trainer_setting(path: Sequence[str], limit: int = 10) -> Any:
     """``self.<path...>`` of the nearest caller up the stack whose ``self`` has it (the trainer that calls the
     entry point, e.g. ``("config", "trainer")`` on verl's ``RayPPOTrainer``); None when no caller has it."""
-    frame: types.FrameType | None = sys._getframe(1)
+
+    def setting(f_locals: dict[str, Any]) -> Any:
+        value = f_locals.get("self")
+        for name in path:
+            value = getattr(value, name, None)
+        return value
+
+    return caller_first(setting, limit)
+
+
+def caller_first(pick: Callable[[dict[str, Any]], Any], limit: int = 10) -> Any:
+    """The first non-None ``pick(frame.f_locals)`` over ``limit`` frames up the stack, starting at the caller of
+    the function that calls this (the entry point's caller, for a lookup called by the wrapper); None when none."""
+    frame: types.FrameType | None = sys._getframe(2)
     try:
         for _ in range(limit):
             frame = frame.f_back if frame is not None else None
             if frame is None:
                 return None
-            value = frame.f_locals.get("self")
-            for name in path:
-                value = getattr(value, name, None)
-            if value is not None:
-                return value
+            found = pick(frame.f_locals)
+            if found is not None:
+                return found
         return None
     finally:
         del frame

@@ -46,7 +46,6 @@ import importlib.util
 import inspect
 import re
 import sys
-import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -57,7 +56,7 @@ from grpo_monitor.config import MonitorConfig
 from grpo_monitor.integrations._common import outcome_only, row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env_on_import
-from grpo_monitor.integrations._lookup import module_references, trainer_setting
+from grpo_monitor.integrations._lookup import caller_first, module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 
@@ -293,19 +292,15 @@ def find_training_input(response_mask: torch.Tensor, limit: int = _FRAMES) -> tu
     tensor: ``rows`` is None) or, for step-wise trajectories, ``data["response_mask"][is_last_step]``
     (``rows`` is ``is_last_step``); any other batch is not it. None when no caller holds one.
     """
-    frame: types.FrameType | None = sys._getframe(1)
-    try:
-        for _ in range(limit):
-            frame = frame.f_back if frame is not None else None
-            if frame is None:
-                return None
-            for value in list(frame.f_locals.values()):
-                found, rows = _rows_of(value, response_mask)
-                if found:
-                    return value, rows
+
+    def batch(f_locals: dict[str, Any]) -> tuple[Any, Any] | None:
+        for value in list(f_locals.values()):
+            found, rows = _rows_of(value, response_mask)
+            if found:
+                return value, rows
         return None
-    finally:
-        del frame
+
+    return caller_first(batch, limit)
 
 
 def _rows_of(value: Any, response_mask: torch.Tensor) -> tuple[bool, Any]:
