@@ -3,15 +3,13 @@
 A step, top to bottom (``end_step``):
 
 1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.step.sync`);
-2. ``found = self._check(synced)``: the invariants of what was synced (pure functions of
-   it and the estimator lock in :mod:`grpo_monitor.step.checks`; the narrowed lock applied);
+2. ``found = self._check(synced)``: the invariants, pure functions of it and the estimator lock (:mod:`.step.checks`);
 3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
 4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
 5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
 
-With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own
-rollout at once, so a broken batch never reaches the optimizer; on a breach it finishes
-the step there (3-5, with a local sync of the rest of the step).
+With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own rollout at once, so a
+broken batch never reaches the optimizer; on a breach it finishes the step there (3-5, with a local sync of the rest).
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
 from .step import inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
+from .step.calls import checked
 from .step.checks import check_rollout, token_violations
 from .step.distributed import rank_and_world
 from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
@@ -52,6 +51,7 @@ class GRPOMonitor(NotCopyable):
     0.5
     """
 
+    @checked
     def __init__(self, config: MonitorConfig | None = None, sinks: Iterable[Sink] = ()):
         self.config = config if config is not None else MonitorConfig()
         if not isinstance(self.config, MonitorConfig):

@@ -68,6 +68,7 @@ from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_
 from grpo_monitor.integrations._lookup import trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 from grpo_monitor.step.distributed import rank_and_world
 
 MODULE = "areal.trainer.ppo.actor"
@@ -120,6 +121,7 @@ def declared_estimator(config: Any) -> Declared:
                                              "entry")
 
 
+@checked
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
            sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
            classes: Sequence[type] = ()) -> Attachment:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 
 if TYPE_CHECKING:
     from transformers import TrainerCallback as _CallbackBase
@@ -107,6 +108,7 @@ class MonitorCallback(_CallbackBase):
         self.monitor.load_state_dict(state)
 
 
+@checked
 def attach(trainer: Any, monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
            sinks: Sequence[Sink] | str | None = "auto") -> GRPOMonitor:
     """Add a :class:`MonitorCallback` to ``trainer``; returns the monitor it drives.

@@ -58,6 +58,7 @@ from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Sl
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 
 #: OpenRLHF's ``args.algo.advantage.estimator`` -> registry entry.
 ESTIMATORS: dict[str, str] = {
@@ -134,6 +135,7 @@ def declared_estimator(args: Any) -> Declared:
     return Declared(ESTIMATORS[name], group_size=group_size)
 
 
+@checked
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
            sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
            classes: Sequence[type] = ()) -> Attachment:

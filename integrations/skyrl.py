@@ -59,6 +59,7 @@ from grpo_monitor.integrations._from_env import attach_from_env_on_import
 from grpo_monitor.integrations._lookup import caller_first, module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 
 #: The ``ppo_utils`` modules holding the dispatcher, one per SkyRL package.
 MODULES: tuple[str, ...] = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")
@@ -133,6 +134,7 @@ def reinforce_plus_plus(gamma: float, outcome_only: bool, padded: bool) -> Decla
     return Declared("skyrl.reinforce_plus_plus")
 
 
+@checked
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
            sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True) -> Attachment:
     """Observe every call of SkyRL's ``ppo_utils.compute_advantages_and_returns``.

@@ -50,6 +50,7 @@ from grpo_monitor.integrations._trl_settings import (
 from grpo_monitor.integrations.hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 
 __all__ = [
     "ESTIMATOR_OF_SCALE_REWARDS", "HOOKED_METHODS", "ROWS_KEY", "SETTINGS", "GRPOMonitorCallback", "TRLHooks",
@@ -110,6 +111,7 @@ class GRPOMonitorCallback(MonitorCallback):
             self.monitor.close()
 
 
+@checked
 def attach(trainer: Any, config: MonitorConfig | None = None,
            sinks: Sequence[Sink] | str | None = "auto") -> GRPOMonitor:
     """Monitor ``trainer`` (a TRL ``GRPOTrainer`` or subclass); returns the monitor.

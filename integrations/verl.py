@@ -69,6 +69,7 @@ from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_
 from grpo_monitor.integrations._lookup import module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
 
 MODULE = "verl.trainer.ppo.ray_trainer"
 DISPATCHER = "compute_advantage"
@@ -162,6 +163,7 @@ def loss_config(actor: Any) -> dict[str, Any]:
     return {"loss_aggregation": f"verl.{mode}"}
 
 
+@checked
 def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None = None,
            sinks: Sequence[Sink | str] | str | None = "auto", step_per_call: bool = True,
            kl: bool = True) -> Attachment:

@@ -52,8 +52,44 @@ def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, An
                  and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         unknown = [k for k in kwargs if k not in sig.parameters]
         if not unknown:
-            raise InputTypeError(f"{fn.__name__}(): {exc}; its arguments are {', '.join(valid)}") from None
-        raise unknown_keywords(fn.__name__, unknown, valid, listed=True) from None
+            raise InputTypeError(f"{call_name(fn)}(): {exc}; its arguments are {', '.join(valid)}") from None
+        raise unknown_keywords(call_name(fn), unknown, valid, listed=True) from None
+
+
+def call_name(fn: Callable[..., Any]) -> str:
+    """How the caller wrote the call: a method's name, a class for its ``__init__``, ``verl.attach`` for an
+    integration's function.
+
+    >>> from grpo_monitor import GRPOMonitor
+    >>> call_name(GRPOMonitor.__init__), call_name(GRPOMonitor.end_step)
+    ('GRPOMonitor', 'end_step')
+    """
+    qualname = getattr(fn, "__qualname__", fn.__name__)
+    if qualname.endswith(".__init__"):
+        return qualname.rsplit(".", 2)[-2]
+    module = getattr(fn, "__module__", "") or ""
+    if module.startswith("grpo_monitor.integrations.") and "." not in qualname:
+        return f"{module.rsplit('.', 1)[1]}.{fn.__name__}"
+    return fn.__name__
+
+
+def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` with every call checked by :func:`check_call` first: a constructor's or an ``attach``'s misspelt
+    keyword is the caller's :class:`InputTypeError` naming the nearest valid one, not Python's bare ``TypeError``.
+
+    >>> @checked
+    ... def attach(monitor=None, *, sinks="auto"): ...
+    >>> attach(sink=None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.step.inputs.InputTypeError: attach() got an unexpected keyword argument 'sink'; did you mean sinks? ...
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        check_call(fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def unknown_keywords(call: str, unknown: Sequence[str], valid: Sequence[str], *, listed: bool = False

@@ -66,6 +66,27 @@ def test_a_keyword_added_later_to_a_signature_gets_the_same_treatment():
         Wider(MonitorConfig()).observe_rollout(R, reward_component={"a": R})
 
 
+@pytest.mark.parametrize("where, kwargs, wrong, right", [
+    pytest.param("GRPOMonitor", {"sink": []}, "sink", "sinks", id="monitor-sink"),
+    pytest.param("GRPOMonitor", {"cfg": MonitorConfig()}, "cfg", "config", id="monitor-cfg"),
+    *[pytest.param(f"{name}.attach", {"sink": None}, "sink", "sinks", id=f"{name}-attach")
+      for name in ("verl", "openrlhf", "skyrl", "areal", "trl", "hf")],
+])
+def test_a_misspelt_constructor_or_attach_keyword_names_the_nearest(where, kwargs, wrong, right):
+    """GRPOMonitor(sink=...) and every integration's attach(sink=...) raise the user's InputTypeError (a TypeError)
+    naming the call, the wrong keyword and the right one, before anything is built or patched (the framework
+    need not be installed for the typo to be named)."""
+    import importlib
+
+    if where == "GRPOMonitor":
+        call = GRPOMonitor
+    else:
+        call = importlib.import_module(f"grpo_monitor.integrations.{where.split('.')[0]}").attach
+    with pytest.raises(InputTypeError, match=f"^{where}\\(\\) got an unexpected keyword argument '{wrong}'; "
+                                             f"did you mean {right}\\?"):
+        call(**kwargs)
+
+
 @pytest.mark.parametrize("wrong, right", [("grup_size", "group_size"), ("on_violaton", "on_violation"),
                                           ("num_generations", "group_size"), ("histroy_cap", "history_cap")])
 def test_a_misspelt_config_field_is_a_type_error_naming_the_nearest_field(wrong, right):
