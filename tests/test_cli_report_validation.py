@@ -125,7 +125,7 @@ BROKEN = [  # id, line, edit, what the message says
     ("record-is-number", 5, _raw("42"), "the record should be a JSON object (one step record), but got 42 (a number)"),
     ("record-is-null", 6, _raw("null"), "the record should be a JSON object (one step record), but got null"),
     ("convention-as-number", 2, _set(("convention",), 1),
-     "\"convention\" should be the std convention's name (a string) or null, but got 1 (a number)"),
+     "\"convention\" should be the estimator's name (a string) or null, but got 1 (a number)"),
     ("failed-as-string", 3, _set(("failed",), "yes"), '"failed" should be true or false, but got "yes" (a string)'),
     ("flagged-questions-as-object", 4, _set(("flagged_questions",), {"q0": 1}),
      '"flagged_questions" should be an array of question ids, but got {"q0": 1} (an object)'),

@@ -61,7 +61,7 @@ def test_report_cli_writes_pngs_and_self_contained_html(ds_run, capsys):
     assert len(sources) == len(pngs) and all(s.startswith("data:image/png;base64,") for s in sources)
     assert {base64.b64decode(s.split(",", 1)[1]) for s in sources} == set(pngs.values())
     assert not re.search(r'(src|href)="(?!data:)', page), "no external asset"
-    assert "Clean: no invariant broke in 40 steps" in page and "<th>std convention</th><td colspan=2>population" in page
+    assert "Clean: no invariant broke in 40 steps" in page and "<th>estimator</th><td colspan=2>population" in page
 
 
 def test_report_of_a_failed_run_shows_the_breach(failed_run):

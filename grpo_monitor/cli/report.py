@@ -17,7 +17,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Read a run's JSONL log (RUN is the run folder or the .jsonl file) and write plots/*.png "
         "and report.html (images inlined, no external assets): one figure per metric family the run logged "
         "(degenerate groups against the iid prediction, effective prompts, per-question reward std, advantage "
-        "invariants, std convention and stabilizer, overdispersion and stuck questions, KL estimators, "
+        "invariants, estimator and stabilizer, overdispersion and stuck questions, KL estimators, "
         "importance ratio and clipping, training-inference mismatch, truncation and the degenerate split, entropy, "
         "response length and live tokens, loss weights (length and questions), dynamic sampling ledger, "
         "violations), captions computed from this run's own numbers, the run-level observed-vs-iid line, where "

@@ -40,7 +40,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument("--group-size", "-G", type=int, default=8, help="responses per group G (default 8)")
     parser.add_argument("--p", default="0.01,0.1,0.5", help="comma-separated success probabilities (0.1 or 1/10)")
     parser.add_argument("--std", choices=LazyChoices(_std_conventions), default="population", metavar="STD",
-                        help="std convention: %(choices)s (default %(default)s)")
+                        help="estimator of the group std: %(choices)s (default %(default)s)")
     parser.add_argument("--eps", type=float, default=0.0, help="stabilizer added to the std (default 0)")
     parser.add_argument("--budget", type=int, default=1000,
                         help="responses you can afford to generate; the non-degenerate/BUDGET column gives the "

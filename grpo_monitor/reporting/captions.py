@@ -116,7 +116,7 @@ def convention(run: RunData) -> str:
     from ..estimators.registry import CUSTOM_ID, name_of
 
     parts: list[str | None] = [
-        "The std convention the advantages fit at each step, the advantage scale it implies and the fitted "
+        "The estimator the advantages fit at each step, the advantage scale it implies and the fitted "
         "stabilizer epsilon (1/k = std + epsilon)",
     ]
     ids = convention_index(run)

@@ -251,7 +251,7 @@ def _id_label(estimator_id: int) -> str:
 
 
 def draw_convention(run: RunData):
-    """The std convention identified step by step, the advantage scale it implies, and the fitted stabilizer."""
+    """The estimator identified step by step, the advantage scale it implies, and the fitted stabilizer."""
     ids = convention_index(run)
     if ids is None and not run.has("grpo/adv/stabilizer"):
         return None
@@ -267,7 +267,7 @@ def draw_convention(run: RunData):
                 label="estimator the advantages fit")
     ax.set_yticks(range(-1, len(shown)), rows)
     ax.set_ylim(-1.6, len(shown) - 0.4)
-    finish(ax, run, "", "Std convention identified at each step (the estimator of the group scale)")
+    finish(ax, run, "", "Estimator identified at each step (the advantage function the rows fit)")
     ax = axes[1]
     line(ax, run, run.series("grpo/adv/convention_scale"), BLUE, "grpo/adv/convention_scale (mean k_g * std_g)", "-")
     refs = [1.0]

@@ -163,7 +163,7 @@ def format_summary(result: ScanResult, questions_shown: int = 5) -> str:
         f"grpo-monitor scan: {result.source} ({result.format}): {result.steps:,} steps "
         f"({result.first_step}..{result.last_step}), {result.rows:,} rows, {result.groups:,} groups "
         f"in {result.seconds:.1f} s ({rate:,.0f} rows/s)",
-        f"  monitor: group_size={result.config.get('group_size')}, std_convention="
+        f"  monitor: group_size={result.config.get('group_size')}, estimator="
         f"{result.config.get('std_convention')}{_source(result.config)}, advantages "
         f"{'recorded' if result.advantages else 'not recorded'}",
     ]
