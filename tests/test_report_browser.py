@@ -149,7 +149,7 @@ def test_the_pixel_check_sees_a_hidden_series(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- a real TRL run through the one-line attach
-_NOTE = re.compile(r'<p class="meta note">([^<:]+): no data in this run\. (.*?)</p>', re.S)
+_NOTE = re.compile(r'<p class="meta note">([^<]+?): no data in this run\. (.*?)</p>', re.S)
 
 
 def test_plain_api_notes_name_the_call_and_its_arguments(rendered):
@@ -243,3 +243,69 @@ def test_trl_settings_the_notes_name_give_the_figures(trl_reports):
     assert len(gaps) == 1 and "num_iterations = 2" in gaps[0], captions(page)["degenerate"]
     for name in ("without", "with"):
         assert {k: v for k, v in _hidden_entries(runs[name][1]).items() if v} == {}, name
+
+
+def _verl_config_keys() -> set[str]:
+    """Every dotted key of verl's shipped trainer config (the installed ``_generated_ppo_trainer.yaml``)."""
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo import ray_trainer
+
+    path = Path(ray_trainer.__file__).resolve().parents[1] / "config" / "_generated_ppo_trainer.yaml"
+    keys: set[str] = set()
+
+    def walk(node, prefix: str) -> None:
+        for key, value in node.items():
+            keys.add(prefix + str(key))
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+
+    walk(OmegaConf.to_container(OmegaConf.load(path)), "")
+    return keys
+
+
+@pytest.mark.slow
+def test_verl_report_notes_name_verl_settings(tmp_path):
+    """Three real verl compute_advantage calls through grpo_verl.attach (JSONL sink), reported and read in Chromium:
+    the notes cover exactly the figures the log has no key of, name verl's own settings (each dotted key exists in
+    the installed verl config) and only observe_ calls the monitor has, for what runs in verl's workers; every
+    caption sentence holds against the log."""
+    pytest.importorskip("verl")
+    import inspect
+    import sys
+    import warnings
+
+    sys.path.insert(0, str(Path(__file__).parent / "integrations"))
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+    from grpo_monitor.integrations import verl as grpo_verl
+    from grpo_monitor.reporting import FIGURES
+    from grpo_monitor.sinks import JSONLSink, read_jsonl
+    from test_verl import AlgoConfig, G, data_proto, ray_trainer
+
+    log = tmp_path / "monitor.jsonl"
+    grpo_verl.attach(config=MonitorConfig(strict=True, group_size=G), sinks=[JSONLSink(log)])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for step in range(3):
+                data, _ = data_proto(seed=step, constant={0: 1.0})
+                ray_trainer.compute_advantage(data, adv_estimator="grpo", config=AlgoConfig())
+    finally:
+        grpo_verl.detach()
+    done = _chromium(tmp_path / "profile", "--dump-dom", build_report(log).as_uri())
+    assert done.returncode == 0, done.stderr[-2000:]
+    dom = done.stdout
+    logged = {k for r in read_jsonl(log) for k in r["metrics"]}
+    absent = {spec.title for spec in FIGURES if spec.name != "violations" and not logged & set(spec.keys)}
+    notes = {title: html.unescape(text) for title, text in _NOTE.findall(dom)}
+    assert set(notes) == absent and "KL estimators" in absent, (notes, absent)
+    keys = _verl_config_keys()
+    for title, text in notes.items():
+        assert "verl" in text or re.search(r"\b(?:algorithm|actor_rollout_ref)\.", text), (title, text)
+        for key in re.findall(r"\b((?:algorithm|actor_rollout_ref|trainer|data)(?:\.\w+)+)", text):
+            assert key in keys, (title, key)
+        for call, args in re.findall(r"observe_(\w+)\(([^)]*)\)", text):
+            params = inspect.signature(getattr(GRPOMonitor, f"observe_{call}")).parameters
+            named = [a.split("=")[0].strip() for a in args.split(",") if "=" in a]
+            assert all(n in params for n in named), (title, call, named)
+    assert "use_kl_in_reward" in notes["KL estimators"]
+    check_page(dom, log)

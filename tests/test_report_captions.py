@@ -46,8 +46,10 @@ class Log:
         theory = path.parent / "theory.jsonl"
         rows = [json.loads(line) for line in theory.read_text().splitlines()] if theory.is_file() else []
         self.theory = {r["step"]: r for r in rows}
-        settings = path.parent / "run.json"
-        self.settings = json.loads(settings.read_text()) if settings.is_file() else {}
+        settings = path.parent / "run.json"  # the demo's; else the group size the monitor's run record declares
+        run = next((r["run"] for r in records if isinstance(r.get("run"), dict)), {})
+        declared = {k: v for k, v in (run.get("config") or {}).items() if k == "group_size" and v}
+        self.settings = json.loads(settings.read_text()) if settings.is_file() else declared
 
     def series(self, key: str) -> np.ndarray:
         return np.array([_float(self.records[s]["metrics"].get(key)) for s in self.steps])

@@ -10,8 +10,8 @@ from .record import metric as _m
 
 def weight_entries() -> list[Metric]:
     """``grpo/weights/*``: the measured (or derived) per-token weights of the loss, from the step's rows."""
-    w = dict(section="Weights", source="observe_loss", needs="advantages, and loss (measured) or a declared "
-             "loss_aggregation (derived)")
+    w = dict(section="Weights", source="observe_loss", needs="advantages, loss (measured; or declare "
+             "MonitorConfig(loss_aggregation=...): derived)")
     rows = dict(only_when="every loss row is linked to its rollout group (rows=, or the micro-batch is the rollout)")
     rs = "from the step's per-response rows, copied to the host in the step's one sync (on several ranks: every " \
          "rank's rows)"
