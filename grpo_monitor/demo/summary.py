@@ -154,7 +154,7 @@ def _verdict(result: DemoResult) -> list[str]:
     return [
         f"Degenerate groups over the run: {observed:.0f} observed, {expected:.1f} expected from p^G + (1-p)^G "
         f"(z = {z + 0.0:+.2f}).{trend}".replace("z = -0.00", "z = +0.00"),
-        f"Convention: {', '.join(sorted(conventions)) or 'n/a'}"
+        f"Estimator: {', '.join(sorted(conventions)) or 'n/a'}"
         + (f" (stabilizer {stab[-1]:.2g})" if stab else "") + f"; violations: {n_viol or 'none'}.",
     ]
 
