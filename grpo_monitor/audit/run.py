@@ -17,10 +17,6 @@ the matched entry's own output breaks on a batch, and float32 rounding, are warn
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import importlib.util
-import os
-import sys
 from typing import Any
 
 import numpy as np
@@ -84,36 +80,6 @@ class AuditResult:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready values (``None`` for infinite or undefined numbers)."""
         return json_safe({**dataclasses.asdict(self), "exit_code": self.exit_code})
-
-
-# ---------------------------------------------------------------------- loading
-def load_function(spec: str) -> AdvantageFn:
-    """``MODULE:FUNCTION`` where MODULE is a dotted module (importable from the current folder) or a .py path."""
-    module_part, sep, attr = spec.rpartition(":")
-    if not sep or not module_part or not attr:
-        raise ValueError(f"expected MODULE:FUNCTION (e.g. mypkg.adv:grpo_advantages or ./adv.py:fn), got {spec!r}")
-    if module_part.endswith(".py") or os.sep in module_part or "/" in module_part:
-        if not os.path.isfile(module_part):
-            raise ValueError(f"module file {module_part!r} does not exist")
-        name = f"_grpo_audit_{os.path.splitext(os.path.basename(module_part))[0]}"
-        loader = importlib.util.spec_from_file_location(name, module_part)
-        if loader is None or loader.loader is None:
-            raise ValueError(f"module file {module_part!r} cannot be imported")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module
-        loader.loader.exec_module(module)
-    else:
-        if os.getcwd() not in sys.path and "" not in sys.path:
-            sys.path.insert(0, os.getcwd())
-        module = importlib.import_module(module_part)
-    obj: Any = module
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ValueError(f"{module_part!r} has no attribute {attr!r}")
-        obj = getattr(obj, part)
-    if not callable(obj):
-        raise ValueError(f"{spec!r} is not callable: got {type(obj).__name__}")
-    return obj
 
 
 # -------------------------------------------------------------------- severities

@@ -63,7 +63,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 def run(args: argparse.Namespace) -> int:
     """Audit the function; print text or JSON; exit 2 when it does not run, 1 when it is broken, else 0."""
-    from ..audit.run import audit, load_function
+    from ..audit.loading import load_function
+    from ..audit.run import audit
 
     try:
         fn = load_function(args.function)

@@ -119,7 +119,7 @@ def _estimator(spec: str) -> str:
     """A registry name as is; ``MODULE:FUNCTION`` loaded and declared (``estimators.custom``) under ``spec``."""
     if ":" not in spec:
         return spec
-    from ..audit.run import load_function
+    from ..audit.loading import load_function
     from ..estimators.custom import custom
 
     try:
