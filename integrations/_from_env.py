@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from grpo_monitor.config import MonitorConfig
+from grpo_monitor.files.reading import InputFileError, loads
 from grpo_monitor.integrations._on_import import when_imported
 from grpo_monitor.sinks.auto import sinks_from_specs
 
@@ -44,7 +45,9 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> tuple[Monitor
     if not raw:
         return None, "auto"
     try:
-        fields = json.loads(raw)
+        fields = loads(raw, ENV)  # nested too deep or a number out of range: worded (InputFileError)
+    except InputFileError as exc:
+        raise ValueError(f"{exc}; expected an object of MonitorConfig fields plus \"sinks\"") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{ENV} is not valid JSON ({exc}); expected an object of MonitorConfig fields plus "
                          f"\"sinks\", e.g. '{{\"std_convention\": \"verl.grpo\", \"sinks\": [\"auto\"]}}', but got "

@@ -189,6 +189,10 @@ def _float32_only(v: dict[str, Any], deviation: float, bound: float) -> None:
 
 
 # -------------------------------------------------------------------------- audit
+#: The largest group size the audit probes (memory and time grow as G squared; docs/reliability.md has the figures).
+MAX_GROUP_SIZE = 256
+
+
 def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: str | None = None,
           lengths: probes.LengthsFn | None = None, reward_components: int | None = None) -> AuditResult:
     """Probe ``fn`` (rewards (B, G) -> advantages (B, G)) in float64 and float32 and collect the verdicts.
@@ -204,6 +208,10 @@ def audit(fn: AdvantageFn, group_size: int = 8, *, expect: str = "auto", name: s
     hands them to the monitor as the live API's ``reward_components=`` (multi-reward estimators).
     """
     G = theory._check_group_size(group_size)
+    if G > MAX_GROUP_SIZE:
+        raise ValueError(f"Expected argument `group_size` (-G) to be an int from 2 to {MAX_GROUP_SIZE} but got {G}: "
+                         "the probes grow as G squared (measured: G=256 takes about 1.1 GB and 17 s, G=1024 would "
+                         "take 16 GB)")
     k = None if reward_components is None else probes.check_components(reward_components)
     if k is not None:
         fn = probes.with_components(fn, k)

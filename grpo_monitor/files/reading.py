@@ -224,7 +224,7 @@ def bounded_error(exc: BaseException, source: Any, line: int | None) -> InputFil
     """The worded error for JSON the parser cannot hold (too deep, a number out of range); None for others."""
     if isinstance(exc, RecursionError):
         return InputFileError(f"{where(source, line)}: JSON nested deeper than the reader allows (about "
-                              f"{_depth()} levels); a recorded row is a flat object")
+                              f"{_depth()} levels); recorded rows and settings are flat objects")
     if isinstance(exc, ValueError) and not isinstance(exc, (json.JSONDecodeError, UnicodeDecodeError)):
         return InputFileError(f"{where(source, line)}: a number out of range ({exc})")
     return None

@@ -8,9 +8,11 @@ such as ``jq`` need them replaced first (``sed 's/-\\?Infinity\\|NaN/null/g'``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,23 +88,38 @@ class JSONLSink(Sink):
         self.write_record({"step": step, "metrics": metrics})
 
     def write_record(self, record: dict[str, Any]) -> None:
-        """Append one record as one line; durable on return when ``fsync`` is true."""
-        fd = self._open()
-        try:
-            _write_all(fd, encode_line(record))
-            if self.fsync:
-                os.fsync(fd)
-        except BaseException:
-            self._torn = True
-            raise
+        """Append one record as one line; durable on return when ``fsync`` is true.
+
+        An ``OSError`` of the file descriptor (disk full, file size limit) is raised with the file's path."""
+        with _named(self.path):
+            fd = self._open()
+            try:
+                _write_all(fd, encode_line(record))
+                if self.fsync:
+                    os.fsync(fd)
+            except BaseException:
+                self._torn = True
+                raise
 
     def finish(self, failed: bool = False) -> None:
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:
-                os.fsync(fd)
+                with _named(self.path):
+                    os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """Re-raise an ``OSError`` that names no file (``os.write``, ``os.fsync`` on a descriptor) with ``path``."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None or exc.errno is None:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
 
 def _ends_torn(fd: int) -> bool:

@@ -93,7 +93,7 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
         try:
             job.call(sink)
         except Exception as exc:  # noqa: BLE001 - a sink must never stop training
-            return f"sink {health.name!r} failed to finish: {exc!r}"
+            return f"sink {health.name!r} failed to finish: {said(exc)}"
         return None
     if job.kind == "config":  # once per run, not a record: outside the failure streak, not retried
         if health.disabled:
@@ -101,7 +101,7 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
         try:
             job.call(sink)
         except Exception as exc:  # noqa: BLE001 - a sink must never stop training
-            return f"sink {health.name!r} failed to store the run config ({exc!r}); its reports go on without it"
+            return f"sink {health.name!r} failed to store the run config ({said(exc)}); its reports go on without it"
         return None
     if health.disabled:
         return None
@@ -118,6 +118,17 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
     return None
 
 
+def said(exc: BaseException) -> str:
+    """An exception as a warning names it: its type and its text, which keeps an ``OSError``'s file name (its
+    ``repr`` drops it).
+
+    >>> said(FileNotFoundError(2, "No such file or directory", "/run/m.jsonl"))
+    "FileNotFoundError: [Errno 2] No such file or directory: '/run/m.jsonl'"
+    """
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def record_failure(sink: Sink, health: SinkHealth, exc: Exception, what: str, max_failures: int) -> str | None:
     """Count a failure; back off (non-durable sinks only) or disable; the text to warn, if any."""
     health.consecutive_failures += 1
@@ -129,7 +140,7 @@ def record_failure(sink: Sink, health: SinkHealth, exc: Exception, what: str, ma
         health.disabled = True
         return (
             f"sink {health.name!r} disabled after {streak} consecutive failures "
-            f"(last at {what}: {exc!r}); its output stops here"
+            f"(last at {what}: {said(exc)}); its output stops here"
         )
     if not durable:
         health.skip_left = 2 ** (streak - 1)
@@ -138,7 +149,7 @@ def record_failure(sink: Sink, health: SinkHealth, exc: Exception, what: str, ma
     health.warned = True
     retry = ("on every step and never disabled (a durable sink)" if durable
              else f"with backoff (1, 2, 4, ... steps) and disabled after {max_failures} consecutive failures")
-    return f"sink {health.name!r} failed at {what}: {exc!r}; training continues, the sink is retried {retry}"
+    return f"sink {health.name!r} failed at {what}: {said(exc)}; training continues, the sink is retried {retry}"
 
 
 _STOP = Job("stop", "stop", lambda sink: None)
@@ -218,7 +229,7 @@ class SinkWorker:
             try:
                 text = run_job(self.sink, self.health, job, self.max_failures)
             except BaseException as exc:  # noqa: BLE001 - e.g. SystemExit from a sink: keep serving
-                text = f"sink {self.health.name!r} raised {exc!r} at {job.what}"
+                text = f"sink {self.health.name!r} raised {said(exc)} at {job.what}"
             finally:
                 self._busy_since = None
             if text:
