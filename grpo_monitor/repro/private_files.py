@@ -40,7 +40,12 @@ def check_private(path: str | os.PathLike, *, kind: str = "dir") -> Path:
     True
     """
     path = Path(path)
-    st = os.lstat(path)
+    _check_stat(os.lstat(path), path, kind)
+    return path
+
+
+def _check_stat(st: os.stat_result, path: Path, kind: str) -> None:
+    """Raise :class:`UnsafePathError` unless ``st`` is a ``kind`` owned by us and not writable by others."""
     expected = stat.S_ISDIR if kind == "dir" else stat.S_ISREG
     if not expected(st.st_mode):
         what = ("a symlink" if stat.S_ISLNK(st.st_mode)
@@ -53,7 +58,6 @@ def check_private(path: str | os.PathLike, *, kind: str = "dir") -> Path:
     if uid is not None and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise UnsafePathError(f"{path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}); "
                               "refusing to use it")
-    return path
 
 
 def private_dir(path: str | os.PathLike) -> Path:
@@ -96,3 +100,27 @@ def create_private_file(path: str | os.PathLike) -> int:
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     return os.open(path, flags, 0o600)
+
+
+def open_private_append(path: str | os.PathLike) -> int:
+    """``path`` opened for reading and appending, created with mode 0600 when missing; its file descriptor.
+
+    Never through a symlink (``O_NOFOLLOW``: a planted link is :class:`UnsafePathError`); an
+    existing file is used only if it is a regular file owned by us and writable by nobody else
+    (checked on the opened descriptor, so it cannot be swapped in between). For logs the
+    monitor appends to across a resume, in a folder :func:`private_dir` checked.
+    """
+    path = Path(path)
+    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UnsafePathError(f"{path} is a symlink; refusing to use it") from exc
+        raise
+    try:
+        _check_stat(os.fstat(fd), path, "file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd

@@ -103,11 +103,27 @@ def fallback_sink(framework: str, output_dir: str | os.PathLike | None) -> Sink:
     from .jsonl import JSONLSink
 
     folder = output_dir or os.environ.get(LOG_DIR_ENV) or Path.cwd()
-    path = Path(folder) / FALLBACK_NAME
+    path, refused = _owned_log_path(Path(folder) / FALLBACK_NAME)
     if rank_and_world()[0] == 0:
-        print(f"grpo-monitor ({framework}): no tracker to log into; writing the monitor's log to {path.resolve()} "
-              f"(read it with `grpo-monitor report {path.parent.resolve()}`)", file=sys.stderr, flush=True)
-    return JSONLSink(path)
+        why = f" ({refused}; a fresh private folder instead)" if refused else ""
+        print(f"grpo-monitor ({framework}): no tracker to log into; writing the monitor's log to {path.resolve()}"
+              f"{why} (read it with `grpo-monitor report {path.parent.resolve()}`)", file=sys.stderr, flush=True)
+    return JSONLSink(path, private=True)
+
+
+def _owned_log_path(path: Path) -> tuple[Path, str | None]:
+    """``path`` when its folder is ours (made 0700 when missing) and the file, if any, a regular file of ours;
+    else the same name in a fresh private temporary folder, and why (a folder or link another user planted
+    in a shared working folder: :mod:`grpo_monitor.repro.private_files`)."""
+    from ..repro.private_files import check_private, fallback_private_dir, private_dir
+
+    try:
+        private_dir(path.parent)
+        if os.path.lexists(path):
+            check_private(path, kind="file")
+        return path, None
+    except OSError as exc:  # UnsafePathError, or a folder we cannot create
+        return fallback_private_dir("grpo-monitor-log-") / path.name, str(exc)
 
 
 #: Sink specs of ``GRPO_MONITOR_CONFIG``'s ``"sinks"``: a name, or ``name:argument``.

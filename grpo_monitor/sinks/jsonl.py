@@ -59,16 +59,18 @@ class JSONLSink(Sink):
     name = "jsonl"
     synchronous = True
 
-    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+    def __init__(self, path: str | os.PathLike, fsync: bool = True, *, private: bool = False):
         self.path = Path(path)
         self.fsync = bool(fsync)
+        #: A path the monitor chose itself (the fallback log): its folder and file are owner-checked and never
+        #: opened through a symlink (:mod:`grpo_monitor.repro.private_files`).
+        self.private = bool(private)
         self._fd: int | None = None
         self._torn = False  # the last write failed: the file may end in its partial line
 
     def _open(self) -> int:
         if self._fd is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = self._open_file()
             try:
                 if not self._torn and _ends_torn(fd):
                     _write_all(fd, b"\n")
@@ -80,6 +82,15 @@ class JSONLSink(Sink):
             _cut_torn_tail(self._fd)
             self._torn = False
         return self._fd
+
+    def _open_file(self) -> int:
+        if self.private:
+            from ..repro.private_files import open_private_append, private_dir
+
+            private_dir(self.path.parent)
+            return open_private_append(self.path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log_report(self, report: StepReport) -> None:
         self.write_record(report.to_dict())
