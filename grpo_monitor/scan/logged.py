@@ -16,13 +16,14 @@ configurable type) are left out and named in :data:`NOT_MAPPED`.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..files.reading import InputFileError, check_regular, loads, open_input, read_text_blocks
+from ..files.reading import InputFileError, check_regular, loads, open_input, read_input, read_text_blocks
 from ..reporting.facts import plural
 from .columns import ScanInputError, describe
 
@@ -96,6 +97,7 @@ class LoggedMetrics:
     kind: str  # "wandb", "tensorboard" or "jsonl"
     by_step: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     found: dict[str, LoggedKey] = dataclasses.field(default_factory=dict)  # logged tag -> mapping
+    notes: list[str] = dataclasses.field(default_factory=list)  # what the reading skipped, and why
 
     def add(self, step: Any, tag: str, value: Any) -> None:
         """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
@@ -187,23 +189,35 @@ def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
 
 
 def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
-    try:
-        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-        from tensorboard.util import tensor_util
-    except ImportError:
+    """Every intact record of each event file (:mod:`.tfevents`); a damaged stretch is skipped with a note."""
+    if importlib.util.find_spec("tensorboard") is None:
         raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
-                             "(`pip install grpo-monitor[tensorboard]`)") from None
+                             "(`pip install grpo-monitor[tensorboard]`)")
     out = LoggedMetrics(root, "tensorboard")
     for path in events:
-        check_regular(path, root if root.is_dir() else None)
-        for event in EventFileLoader(str(path)).Load():
-            for value in event.summary.value:
-                kind = value.WhichOneof("value")
-                number = value.simple_value if kind == "simple_value" else \
-                    float(tensor_util.make_ndarray(value.tensor)) if kind == "tensor" and \
-                    not value.tensor.tensor_shape.dim else None
-                out.add(event.step, value.tag, number)
+        _read_event_file(path, root if root.is_dir() else None, out)
     return out
+
+
+def _read_event_file(path: Path, folder: Path | None, out: LoggedMetrics) -> None:
+    from .tfevents import Damage, lost_note, parse_event, records, scalar
+
+    damaged: list[tuple[Damage, int | None]] = []  # each with the last step read before it
+    step: int | None = None
+    for item in records(read_input(path, folder), path):
+        if isinstance(item, Damage):
+            damaged.append((item, step))
+            continue
+        index, offset, body = item
+        event = parse_event(body, path, index, offset)
+        for value in event.summary.value:
+            if monitor_key(value.tag) is not None:
+                out.add(event.step, value.tag, scalar(value, path, index, offset))
+        if event.HasField("summary"):
+            for damage, before in damaged:
+                out.notes.append(lost_note(path, damage, before, event.step))
+            damaged, step = [], event.step
+    out.notes += [lost_note(path, damage, before, None) for damage, before in damaged]
 
 
 def _from_jsonl(path: Path) -> LoggedMetrics:
@@ -253,11 +267,11 @@ def logged_notes(logged: LoggedMetrics | None, result: Any, mismatch_k3: float) 
         return []
     result.logged_keys = {tag: entry.key for tag, entry in sorted(logged.found.items())}
     if not logged.found:
-        return [f"{logged.source}: no sampler-side metric the monitor maps (docs/scan.md, \"The trainer's own "
-                "metrics\")"]
+        return [*logged.notes, f"{logged.source}: no sampler-side metric the monitor maps (docs/scan.md, \"The "
+                "trainer's own metrics\")"]
     keys = ", ".join(f"{tag} -> {key}" for tag, key in result.logged_keys.items())
-    notes = [f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the monitor's keys at "
-             f"{plural(result.logged_steps, 'step')}: {keys}"]
+    notes = [*logged.notes, f"the trainer's logged metrics ({logged.kind}, {logged.source}) reported under the "
+             f"monitor's keys at {plural(result.logged_steps, 'step')}: {keys}"]
     missed = len(logged.by_step) - result.logged_steps
     if missed > 0:
         notes.append(f"{plural(missed, 'step')} of the logged metrics have no recorded rollouts and are not shown")
