@@ -67,6 +67,8 @@ class RunData:
     theory_groups: dict[str, list[list[float] | None]] = dataclasses.field(default_factory=dict)
     #: The run record (``StepReport.run``: integration, settings, config), the log's last; {} in older logs.
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: What the report did with a log whose steps go back (a resume into the same log, two writers); '' when none.
+    segments_note: str = ""
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -149,16 +151,33 @@ def load_run(run: str | os.PathLike) -> RunData:
     metrics = {k: np.array([_num(records[s].get("metrics", {}).get(k)) for s in steps]) for k in keys}
     hist_keys = sorted({k for r in records.values() for k in (r.get("histograms") or {})})
     histograms = {k: [(records[s].get("histograms") or {}).get(k) for s in steps] for k in hist_keys}
-    marks = [_mark(v, int(s), bool(records[s].get("failed")))
-             for s in steps for v in records[s].get("violations") or []]
-    failed = [int(s) for s in steps if records[s].get("failed")]
+    marks = sorted((_mark(v, r["step"], bool(r.get("failed"))) for r in lines for v in r.get("violations") or []),
+                   key=lambda m: m.step)  # every record's: a step written again keeps its earlier breach
+    failed = [r["step"] for r in lines if r.get("failed")]
     theory, theory_groups = _theory(log.parent / THEORY_NAME, steps)
     return RunData(
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
         conventions=[records[s].get("convention") for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
-        run=run_record,
+        run=run_record, segments_note=_segments_note(lines),
     )
+
+
+def _segments_note(lines: list[dict[str, Any]]) -> str:
+    """:func:`.segments.segments_note` of the log's records: the steps written more than once, and the violations
+    of records a later record of the same step replaced in the figures."""
+    from .segments import find_segments, segments_note
+
+    segments = find_segments(lines)
+    if len(segments) < 2:
+        return ""
+    last = {r["step"]: i for i, r in enumerate(lines) if "failed" in r or "violations" in r}
+    counts: dict[int, int] = {}
+    for r in lines:
+        if "failed" in r or "violations" in r:
+            counts[r["step"]] = counts.get(r["step"], 0) + 1
+    earlier = sum(len(r.get("violations") or []) for i, r in enumerate(lines) if last.get(r["step"], i) != i)
+    return segments_note(segments, sum(n > 1 for n in counts.values()), earlier)
 
 
 def _by_step(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -84,6 +84,11 @@ def status_block(run: RunData) -> str:
     return f'<div class="status ok" id="status">Clean: no invariant broke in {steps}.</div>'
 
 
+def segments_block(run: RunData) -> str:
+    """The note on a log whose steps go back (a resume into the same log, two writers); empty otherwise."""
+    return f'<p class="status warn" id="segments">{_esc(run.segments_note)}</p>' if run.segments_note else ""
+
+
 def check_block(run: RunData) -> str:
     """The run-level count of degenerate groups against its prediction, with the z-score; empty without one."""
     check = degenerate_check(run)
@@ -194,7 +199,7 @@ def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], no
         f'<div class="meta">{_esc(run.path)} &middot; {plural(len(steps), "step")} ({covered}) '
         f"&middot; generated {when}"
         + (f"<br>{_esc(meta)}" if meta else "") + "</div>",
-        status_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
+        status_block(run), segments_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
         "<h2>Violations</h2>", violations_table(run), "<h2>Where else to look</h2>", where_block(run),
         "<h2>Figures</h2>",
     ]
