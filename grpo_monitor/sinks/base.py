@@ -112,5 +112,14 @@ class Sink:
         for v in report.violations:
             self.alert(f"grpo-monitor: {v.invariant}", v.message())
 
+    def note(self, text: str) -> None:
+        """Say ``text`` once to the user (as a warning from the training thread): e.g. a metric the backend
+        rejects and the sink leaves out."""
+        self.__dict__.setdefault("_notes", []).append(text)
+
+    def take_notes(self) -> list[str]:
+        """The texts :meth:`note` collected since the last call (emptied)."""
+        return self.__dict__.pop("_notes", [])
+
     def finish(self, failed: bool = False) -> None:
         """Flush and close; ``failed`` marks a run ended by a breach."""

@@ -62,6 +62,7 @@ class MLflowSink(ScheduledTables, Sink):
         self._run_id: str | None = run_id
         self._owns_run = False
         self._alerts = 0
+        self._rejected: set[str] = set()  # metric names MLflow refused (left out, named once)
 
     # ------------------------------------------------------------- the run
     def capture(self) -> None:
@@ -101,13 +102,34 @@ class MLflowSink(ScheduledTables, Sink):
 
     # ---------------------------------------------------------------- calls
     def log(self, metrics: dict[str, float], step: int) -> None:
+        """One ``log_batch`` per 1000 metrics; a name MLflow rejects is left out, with one note naming it."""
         from mlflow.entities import Metric
 
         stamp = int(time.time() * 1000)
         rows = [Metric(self.step_key, float(step), stamp, step)]
-        rows += [Metric(key, float(value), stamp, step) for key, value in metrics.items()]
+        rows += [Metric(key, float(value), stamp, step) for key, value in metrics.items() if key not in self._rejected]
         for start in range(0, len(rows), _BATCH):
-            self.client.log_batch(self.run_id, metrics=rows[start:start + _BATCH])
+            self._log_batch(rows[start:start + _BATCH])
+
+    def _log_batch(self, rows: list[Any]) -> None:
+        """``log_batch``; when MLflow rejects the batch's input, the halves apart, down to the rejected names.
+
+        MLflow validates a whole batch before it writes any of it, so one bad name would lose every
+        metric of the step: the bad ones are found by halving (about 2 log2(n) calls, once per name)
+        and dropped from then on; any other failure is raised as it came."""
+        try:
+            self.client.log_batch(self.run_id, metrics=rows)
+        except Exception as exc:
+            if getattr(exc, "error_code", None) != "INVALID_PARAMETER_VALUE":
+                raise
+            if len(rows) == 1:
+                self._rejected.add(rows[0].key)
+                self.note(f"MLflow rejects the metric name {rows[0].key!r} ({str(exc).splitlines()[0][:300]}); "
+                          "it is left out of MLflow from now on, the step's other metrics are logged")
+                return
+            half = len(rows) // 2
+            self._log_batch(rows[:half])
+            self._log_batch(rows[half:])
 
     def log_table(self, key: str, rows: list[dict[str, Any]], step: int) -> None:
         columns = list(dict.fromkeys(k for row in rows for k in row))

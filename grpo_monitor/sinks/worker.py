@@ -113,9 +113,21 @@ def run_job(sink: Sink, health: SinkHealth, job: Job, max_failures: int) -> str 
     except Exception as exc:  # noqa: BLE001 - a sink must never stop training
         return record_failure(sink, health, exc, job.what, max_failures)
     lost, health.consecutive_failures, health.skip_left = health.consecutive_failures, 0, 0
+    texts = sink_notes(sink, health)
     if lost and health.synchronous:
-        return f"sink {health.name!r} recovered at {job.what} after {lost} failed writes (those records are lost)"
-    return None
+        texts.insert(0, f"sink {health.name!r} recovered at {job.what} after {lost} failed writes (those records are "
+                        "lost)")
+    return "; ".join(texts) or None
+
+
+def sink_notes(sink: Sink, health: SinkHealth) -> list[str]:
+    """What the sink asked to say (:meth:`Sink.note`), each naming the sink; a user sink without the method, or
+    one whose method raises, says nothing."""
+    try:
+        notes = list(getattr(sink, "take_notes", list)())
+    except Exception:  # noqa: BLE001 - a sink must never stop training
+        return []
+    return [f"sink {health.name!r}: {text}" for text in notes]
 
 
 def said(exc: BaseException) -> str:

@@ -94,3 +94,39 @@ def test_logs_into_the_active_run_of_the_training_thread(store, tmp_path):
     assert got.info.status == "FAILED" and got.data.params["learning_rate"] == "0.1"
     assert "grpo_monitor/estimator" in got.data.params
     assert json.loads(got.data.params["grpo_monitor/clip_range"]) == [0.2, 0.2]
+
+
+def test_a_metric_name_mlflow_rejects_is_left_out_and_named_once(store, tmp_path):
+    """One user metric MLflow refuses ('@' in grpo/user/acc@1): every other key reaches MLflow at every step (the
+    JSONL log is the reference), the bad one is dropped, and one SinkWarning names it."""
+    import warnings
+
+    import torch
+
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+    from grpo_monitor.sinks import JSONLSink, read_jsonl
+    from grpo_monitor.sinks.dispatch import SinkWarning
+    from tracker_runs import G, QUESTIONS, rollout
+
+    steps, bad = 20, "grpo/user/acc@1"
+    sink = MLflowSink(experiment_name="rejects", run_name="r")
+    monitor = GRPOMonitor(MonitorConfig(group_size=G), sinks=[JSONLSink(tmp_path / "m.jsonl"), sink])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with monitor:
+            for step in range(steps):
+                rewards, advantages = rollout(step)
+                monitor.observe_rollout(rewards, advantages=advantages, question_ids=QUESTIONS)
+                monitor.add_metrics({bad: 0.5, "grpo/user/fine": float(step)})
+                monitor.end_step()
+    records = read_jsonl(tmp_path / "m.jsonl")
+    client = mlflow.MlflowClient(store)
+    run = client.search_runs([client.get_experiment_by_name("rejects").experiment_id])[0]
+    logged = run.data.metrics
+    expected = {k for r in records for k in r["metrics"]} - {bad}
+    assert bad not in logged and expected <= set(logged)
+    for key in sorted(expected):
+        assert [s for s, _ in _history(client, run.info.run_id, key)] == [r["step"] for r in records
+                                                                          if key in r["metrics"]], key
+    texts = [str(w.message) for w in caught if issubclass(w.category, SinkWarning)]
+    assert len(texts) == 1 and bad in texts[0] and "'mlflow'" in texts[0] and "left out" in texts[0], texts
