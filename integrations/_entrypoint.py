@@ -133,6 +133,9 @@ class Attachment:
         self.warned: set[str] = set()
         self.broken = False  # a fault before any monitor existed: pass calls through
         self.calls = 0  # entry-point calls seen (0 at exit in a Ray driver: attached in the wrong process)
+        #: A worded error of the environment's configuration (a Ray setup hook must not raise: a task's worker
+        #: would die unexplained): every entry-point call raises it, so the driver sees it.
+        self.config_error: ValueError | None = None
         self._inside: contextvars.ContextVar[bool] = contextvars.ContextVar(f"grpo_monitor_{framework}", default=False)
         self._guard = FailOpen(monitor, framework) if monitor is not None else None
 
@@ -176,6 +179,8 @@ class Attachment:
 
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if self.config_error is not None:
+                raise ValueError(str(self.config_error))
             if self._inside.get() or self.broken:
                 return original(*args, **kwargs)
             token = self._inside.set(True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,19 +64,37 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> tuple[Monitor
 
 
 def attach_from_env(attach: Callable[..., Any], current: Callable[[], Any]) -> Any:
-    """``attach(config=..., sinks=...)`` from ``GRPO_MONITOR_CONFIG``; the existing attachment when attached."""
+    """``attach(config=..., sinks=...)`` from ``GRPO_MONITOR_CONFIG``; the existing attachment when attached.
+
+    A malformed ``GRPO_MONITOR_CONFIG`` does not raise here: a Ray task's worker whose setup hook
+    raises dies, and its driver sees only ``WorkerCrashedError``. The error is printed, and the
+    attachment raises it (a worded ``ValueError``) from every call of the entry point, so the
+    task or actor that trains fails with it and the driver reads it.
+    """
     existing = current()
     if existing is not None:
         return existing
-    config, sinks = settings_from_env()
+    try:
+        config, sinks = settings_from_env()
+    except ValueError as exc:
+        return _failing(attach(config=None, sinks=None), exc)
     return attach(config=config, sinks=sinks)
 
 
+def _failing(attachment: Attachment, error: ValueError) -> Attachment:
+    """``attachment`` raising ``error`` from its entry points; the error printed once from this process."""
+    attachment.config_error = error
+    print(f"grpo-monitor ({attachment.framework}): {error}; the monitored entry point raises this error "
+          f"(pid {os.getpid()})", file=sys.stderr, flush=True)
+    return attachment
+
+
 def attach_from_env_on_import(attach: Callable[..., Attachment], slot: Slot,
-                              modules: Sequence[str]) -> Attachment | None:
+                              modules: Sequence[str], *, defer_errors: bool = False) -> Attachment | None:
     """:func:`attach_from_env`, deferred until the first of ``modules`` is imported (now when one already is).
 
-    ``GRPO_MONITOR_CONFIG`` is read now, so a bad value fails the hook; the attach runs
+    ``GRPO_MONITOR_CONFIG`` is read now, so a bad value fails the call (with ``defer_errors``, as a Ray
+    setup hook needs, it is printed and raised by the entry point instead); the attach runs
     right after the module's code (and its own Ray calls) ran, before the importer binds
     its names. Returns the attachment, or None while deferred (``slot.pending`` is the
     watch; ``detach()`` cancels it).
@@ -84,11 +103,19 @@ def attach_from_env_on_import(attach: Callable[..., Attachment], slot: Slot,
         return slot.current
     if slot.pending is not None:
         return None
-    config, sinks = settings_from_env()
+    try:
+        config, sinks = settings_from_env()
+        error = None
+    except ValueError as exc:
+        if not defer_errors:
+            raise
+        config, sinks, error = None, None, exc  # raised by the entry point, as :func:`attach_from_env` does
 
     def on_import(_module: Any) -> None:
         slot.pending = None
-        attach(config=config, sinks=sinks)
+        attachment = attach(config=config, sinks=sinks)
+        if error is not None:
+            _failing(attachment, error)
 
     slot.pending = when_imported(modules, on_import, slot.framework)
     return slot.current

@@ -166,7 +166,7 @@ def attach_from_env() -> Attachment | None:
     the dispatcher is wrapped when the trainer's code first imports ``ppo_utils``, and
     right away when it already is. Returns the attachment, or None while waiting for that import.
     """
-    return attach_from_env_on_import(attach, _SLOT, MODULES)
+    return attach_from_env_on_import(attach, _SLOT, MODULES, defer_errors=True)
 
 
 def with_trackers(declared: Declared, trainer_cfg: Any) -> Declared:
