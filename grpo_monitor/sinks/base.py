@@ -112,6 +112,11 @@ class Sink:
         for v in report.violations:
             self.alert(f"grpo-monitor: {v.invariant}", v.message())
 
+    def opening(self) -> bool:
+        """True while the backend is not open yet (e.g. ``wandb.init`` running): ``close()`` waits for the opening,
+        up to ``OPEN_TIMEOUT`` s, before its ``flush_timeout`` clock starts, so a slow start loses no step."""
+        return False
+
     def note(self, text: str) -> None:
         """Say ``text`` once to the user (as a warning from the training thread): e.g. a metric the backend
         rejects and the sink leaves out."""

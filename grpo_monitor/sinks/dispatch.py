@@ -18,6 +18,8 @@ from .worker import Job, SinkHealth, SinkWorker, run_job
 
 __all__ = ["WHEN_FULL", "SinkHealth", "SinkSet", "SinkWarning"]
 
+#: Seconds ``close()`` waits at most for a background sink still opening its backend (W&B's own init_timeout is 90).
+OPEN_TIMEOUT = 120.0
 #: What a background sink's full queue does to a new report: drop it (counted, warned) or wait for room.
 WHEN_FULL = ("drop", "block")
 
@@ -145,6 +147,7 @@ class SinkSet:
 
     def finish(self, failed: bool = False) -> None:
         """Flush, then call ``finish(failed)`` on every active sink, all within ``flush_timeout`` s; never raises."""
+        self._wait_opening()
         deadline = time.monotonic() + self.flush_timeout
         self._dispatch(Job.for_finish(failed), report=False)
         self._wait(deadline, warn=True)
@@ -238,6 +241,13 @@ class SinkSet:
         self._report()
         return drained
 
+    def _wait_opening(self) -> None:
+        """Wait, up to :data:`OPEN_TIMEOUT` s, while a background sink with queued work is still opening its
+        backend (:meth:`Sink.opening`: ``wandb.init`` on a loaded node), so the flush clock measures the writes."""
+        end = time.monotonic() + OPEN_TIMEOUT
+        while time.monotonic() < end and any(w.pending() and _opening(w.sink) for w in self._workers.values()):
+            time.sleep(0.05)
+
     def _wait(self, deadline: float, warn: bool) -> bool:
         """Wait for every worker until ``deadline``; note the ones that did not drain."""
         if self._pid != os.getpid():  # a forked child never waits on the parent's threads
@@ -267,6 +277,13 @@ class SinkSet:
             except IndexError:  # pragma: no cover - emptied concurrently
                 return
             warnings.warn(f"grpo-monitor: {text}", SinkWarning, stacklevel=4)
+
+
+def _opening(sink: Sink) -> bool:
+    try:
+        return bool(sink.opening())
+    except Exception:  # noqa: BLE001 - a user sink's method that raises (or is missing) means open
+        return False
 
 
 def _check_int(name: str, value: object) -> None:

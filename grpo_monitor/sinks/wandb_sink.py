@@ -51,6 +51,7 @@ class WandbSink(ScheduledTables, Sink):
         self._run = run
         self._owns_run = False
         self._defined: set[str] = set()
+        self._open = run is not None
 
     @property
     def run(self):
@@ -63,11 +64,16 @@ class WandbSink(ScheduledTables, Sink):
                 self._run = wandb.run
             else:
                 self._run, self._owns_run = wandb.init(**self.wandb_init_kwargs), True
+            self._open = True
         if not self._defined:
             self._run.define_metric(self.step_key)
             self._run.define_metric("grpo/*", step_metric=self.step_key)
             self._defined.add(self.step_key)
         return self._run
+
+    def opening(self) -> bool:
+        """True until the run is open: ``wandb.init`` takes 2-13 s on a loaded node (docs/reliability.md)."""
+        return not self._open
 
     def _scalars(self, metrics: dict[str, float]) -> dict[str, float]:
         """``metrics`` as floats, defining each new key's summary before its first value."""
@@ -130,6 +136,7 @@ class WandbSink(ScheduledTables, Sink):
     def finish(self, failed: bool = False) -> None:
         run, self._run = self._run, None
         owned, self._owns_run = self._owns_run, False
+        self._open = False
         self._defined.clear()
         self._tables.reset()
         if run is not None and (owned or failed):

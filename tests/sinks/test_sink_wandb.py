@@ -139,3 +139,30 @@ def test_arguments_are_validated():
         WandbSink(table_every=0)
     with pytest.raises(ValueError, match="`level` to be one of INFO, WARN, ERROR"):
         WandbSink(run=object()).alert("t", "x", level="FATAL")
+
+
+def test_close_waits_for_the_run_to_open_before_its_flush_clock(wandb_offline):
+    """A 5-step run whose WandbSink opens its own run, closed at once with a flush_timeout shorter than wandb.init
+    takes (measured 1.8-13 s on this 2-core machine under load): every step reaches the run and nothing is
+    abandoned; the flush clock measures the writes, not the opening."""
+    import warnings
+
+    import torch
+
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+    from grpo_monitor.sinks.dispatch import SinkWarning
+
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 1.0, 1.0, 1.0]])
+    centred = rewards - rewards.mean(1, keepdim=True)
+    advantages = centred / (rewards.std(1, correction=0, keepdim=True) + 1e-6)
+    monitor = GRPOMonitor(MonitorConfig(group_size=4, sink_flush_timeout=0.2), sinks=[WandbSink(project="p")])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(5):
+            monitor.observe_rollout(rewards, advantages=advantages)
+            monitor.end_step()
+        monitor.close()
+    assert [str(w.message) for w in caught if issubclass(w.category, SinkWarning)] == []
+    (path,) = wandb_offline.rglob("run-*.wandb")
+    rows = R.history_rows(R.wait_for_exit(path))
+    assert [row["grpo/step"] for row in rows] == [0, 1, 2, 3, 4]
