@@ -101,12 +101,11 @@ def test_a_metric_name_mlflow_rejects_is_left_out_and_named_once(store, tmp_path
     JSONL log is the reference), the bad one is dropped, and one SinkWarning names it."""
     import warnings
 
-    import torch
+    from tracker_runs import QUESTIONS, G, rollout
 
     from grpo_monitor import GRPOMonitor, MonitorConfig
     from grpo_monitor.sinks import JSONLSink, read_jsonl
     from grpo_monitor.sinks.dispatch import SinkWarning
-    from tracker_runs import G, QUESTIONS, rollout
 
     steps, bad = 20, "grpo/user/acc@1"
     sink = MLflowSink(experiment_name="rejects", run_name="r")
