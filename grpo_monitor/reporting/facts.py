@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .data import RunData, declared_group_size
-from .numbers import number
+from .numbers import number, plural
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,15 +61,6 @@ def spans(steps: int) -> Spans:
     if steps >= 10:
         return Spans(steps, steps // 10, "the first tenth of the run", "the last tenth", "in")
     return Spans(steps, 1, "the first step", "the last step", "at")
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 step``, ``2 steps``.
-
-    >>> plural(1, "step"), plural(3, "step")
-    ('1 step', '3 steps')
-    """
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def ends(values: np.ndarray, span: Spans) -> tuple[float, float]:

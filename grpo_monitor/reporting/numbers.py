@@ -73,3 +73,12 @@ def html_prose(text: str) -> str:
         return html.escape(plain(text), quote=True)
     return "".join(f"<code>{html.escape(p, quote=True)}</code>" if i % 2 else html.escape(p, quote=True)
                    for i, p in enumerate(parts))
+
+
+def plural(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``.
+
+    >>> plural(1, "step"), plural(3, "step")
+    ('1 step', '3 steps')
+    """
+    return f"{count} {noun}" + ("" if count == 1 else "s")

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from .facts import plural
+from .numbers import plural
 
 
 @dataclasses.dataclass(frozen=True)
