@@ -16,12 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: Every exception a user may catch (defined in :mod:`grpo_monitor.errors`, which imports nothing heavy).
+_ERRORS = (
+    "InputError", "InputFileError", "InputTypeError", "InputValueError", "InvariantViolation", "LogFormatError",
+    "MonitorClosedError", "UnknownEstimatorError", "UnsafeOutputError", "UnsafePathError",
+)
+
 #: Public name -> submodule that defines it.
 _LAZY = {
     "ESTIMATORS": "estimators.registry",
     "GRPOMonitor": "monitor",
     "INVARIANTS": "violations",
-    "InvariantViolation": "violations",
     "MonitorConfig": "config",
     "StepReport": "report",
     "Tolerances": "config",
@@ -29,6 +34,7 @@ _LAZY = {
     "load_repro": "repro.replay",
     "replay": "repro.replay",
     "METRICS": "catalog.metrics",
+    **{name: "errors" for name in _ERRORS},
 }
 
 __all__ = sorted(_LAZY)
@@ -37,13 +43,22 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
+    from .errors import InputError as InputError
+    from .errors import InputFileError as InputFileError
+    from .errors import InputTypeError as InputTypeError
+    from .errors import InputValueError as InputValueError
+    from .errors import InvariantViolation as InvariantViolation
+    from .errors import LogFormatError as LogFormatError
+    from .errors import MonitorClosedError as MonitorClosedError
+    from .errors import UnknownEstimatorError as UnknownEstimatorError
+    from .errors import UnsafeOutputError as UnsafeOutputError
+    from .errors import UnsafePathError as UnsafePathError
     from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport
     from .repro.replay import load_repro as load_repro
     from .repro.replay import replay as replay
     from .violations import INVARIANTS as INVARIANTS
-    from .violations import InvariantViolation as InvariantViolation
     from .violations import Violation as Violation
 
 
