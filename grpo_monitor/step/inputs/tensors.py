@@ -17,6 +17,7 @@ import torch
 from ...errors import InputError as InputError
 from ...errors import InputTypeError as InputTypeError
 from ...errors import InputValueError as InputValueError
+
 _NUMERIC_KINDS = "biuf"
 
 
