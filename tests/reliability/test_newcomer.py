@@ -194,3 +194,41 @@ def test_the_openrlhf_cases_pass_from_a_clone_named_grpo_monitor(tmp_path):
         expected = 1 if name == "default_gae" else 0  # gae: the one warning naming the learned critic
         assert len(result["warnings"]) == expected, (name, result["warnings"])
         assert all(w.startswith("grpo-monitor") for w in result["warnings"]), (name, result["warnings"])
+
+
+# ------------------------------------------------------------ outputs: not in the repository, not in the working folder
+def test_no_run_output_is_committed():
+    """No monitor log or run record is tracked by git (the committed grpo-monitor/ folder is gone)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    outputs = [name for name in listed.stdout.splitlines()
+               if name.startswith("grpo-monitor/") or name.endswith(("monitor.jsonl", "monitor.config.json"))]
+    assert outputs == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["openrlhf", "skyrl", "areal"])
+def test_a_framework_example_writes_its_log_to_its_own_folder(name, tmp_path):
+    """Run as documented from a folder, a framework example leaves that folder untouched (its log goes to a
+    temporary folder it removes, and says so); with --out DIR the log is DIR/grpo-monitor/monitor.jsonl."""
+    from framework_venv import ENV, framework_python
+    from grpo_monitor.sinks import read_jsonl
+
+    cwd, scratch, out = tmp_path / "cwd", tmp_path / "tmp", tmp_path / "out"
+    cwd.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, **ENV, "TMPDIR": str(scratch)}
+    env.pop("GRPO_MONITOR_LOG_DIR")  # as a user runs it: no fallback folder set
+
+    def example(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([framework_python(name), str(REPO / "examples" / f"{name}_example.py"), *args],
+                              capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+
+    plain, kept = example(), example("--out", str(out))
+    assert plain.returncode == 0 and kept.returncode == 0, plain.stderr[-3000:] + kept.stderr[-3000:]
+    assert list(cwd.iterdir()) == [] and list(scratch.glob("grpo-example-*")) == []
+    assert "log removed with its temporary folder (pass --out DIR to keep it)" in plain.stdout
+    log = out / "grpo-monitor" / "monitor.jsonl"
+    assert f"log: {log}" in kept.stdout
+    assert [r["step"] for r in read_jsonl(log)] == [0, 1, 2]
