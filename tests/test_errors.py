@@ -52,7 +52,8 @@ def _defined_exceptions() -> dict[str, str]:
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             bases = [getattr(b, "id", getattr(b, "attr", "")) for b in getattr(node, "bases", [])]
-            if isinstance(node, ast.ClassDef) and any(re.search(r"(Error|Exception|Violation)$", b) for b in bases):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_") \
+                    and any(re.search(r"(Error|Exception|Violation)$", b) for b in bases):  # private: never raised out
                 found[node.name] = str(path.relative_to(REPO))
     return found
 
