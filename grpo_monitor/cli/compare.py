@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from . import add_read_limits, fail, printable, read_limits
+from . import add_read_limits, fail, missing_extra, printable, read_limits
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 def run(args: argparse.Namespace) -> int:
     """Write the page; print the table; exit 2 when a log is missing or unreadable."""
     if importlib.util.find_spec("matplotlib") is None:
-        return fail("compare", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
+        return missing_extra("compare", "the comparison (its figures)", "matplotlib", "plots")
     from ..scan.compare import compare_text, load_pair, write_comparison
 
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
