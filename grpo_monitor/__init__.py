@@ -12,9 +12,9 @@ name is imported from its module on first access.
 from __future__ import annotations
 
 import importlib
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-__version__ = "0.1.0"
 
 #: Every exception a user may catch (defined in :mod:`grpo_monitor.errors`, which imports nothing heavy).
 _ERRORS = (
@@ -40,6 +40,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
+    __version__: str
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
@@ -62,7 +63,22 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .violations import Violation as Violation
 
 
+def _version() -> str:
+    """The installed distribution's version; in a bare checkout on ``PYTHONPATH``, ``pyproject.toml``'s."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("grpo-monitor")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
+        return found.group(1) if found else "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # looked up on first use: `import grpo_monitor` stays instant
+        globals()[name] = _version()
+        return globals()[name]
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
