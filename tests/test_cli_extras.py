@@ -71,7 +71,7 @@ def test_report_without_matplotlib_is_a_worded_error_with_exit_code_3(tmp_path):
 
 def test_a_second_demo_and_report_say_what_they_replace(tmp_path, capsys):
     """A demo into a folder holding an earlier demo names the outputs it replaces (the first run says nothing);
-    a report over an earlier report.html says it replaced it."""
+    a report over an earlier report.html, a comparison over an earlier compare.html, say they replaced it."""
     pytest.importorskip("matplotlib")
     out = tmp_path / "run"
     assert main(["demo", "--out", str(out), *FAST, "--no-report"]) == 0
@@ -85,3 +85,6 @@ def test_a_second_demo_and_report_say_what_they_replace(tmp_path, capsys):
     assert "replaced" not in capsys.readouterr().out
     assert main(["report", str(out)]) == 0
     assert f"report: {out / 'report.html'} (replaced the earlier report.html and plots/)" in capsys.readouterr().out
+    for said in ("", " (replaced the earlier compare.html)"):
+        assert main(["compare", str(out), str(out), "--labels", "a,b", "--out", str(tmp_path / "cmp")]) == 0
+        assert f"compare: {tmp_path / 'cmp' / 'compare.html'}{said}\n" in capsys.readouterr().out

@@ -31,7 +31,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the page; print the table; exit 2 when a log is missing or unreadable."""
+    """Write the page (an earlier one in --out is replaced, and said so); print the table; exit 2 when a log is
+    missing or unreadable, 3 without matplotlib."""
     if importlib.util.find_spec("matplotlib") is None:
         return missing_extra("compare", "the comparison (its figures)", "matplotlib", "plots")
     from ..scan.compare import compare_text, load_pair, write_comparison
@@ -42,10 +43,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with read_limits(args):
             runs, names = load_pair(args.run_a, args.run_b, labels)
+        earlier = (Path(args.out) / "compare.html").is_file()
         page = write_comparison(runs, names, Path(args.out))
     except (OSError, ValueError) as exc:  # LogFormatError and InputFileError are ValueErrors
         return fail("compare", exc)
     print(printable(compare_text(runs, names)))
-    print(printable(f"compare: {page}"))
+    print(printable(f"compare: {page}" + (" (replaced the earlier compare.html)" if earlier else "")))
     return 0
 
