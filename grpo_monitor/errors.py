@@ -8,7 +8,8 @@ Each class keeps the built-in base it always had, so ``except ValueError`` still
 an input error. The modules that raise them re-export them under their old paths
 (``grpo_monitor.step.inputs.InputValueError``, ``grpo_monitor.violations.InvariantViolation``,
 ...), which keep working. This module imports nothing from the package: any module may
-raise from it.
+raise from it. A new error is defined here and listed in ``__all__``; ``grpo_monitor`` exports
+every name listed.
 """
 
 from __future__ import annotations
