@@ -31,7 +31,8 @@ with open(path, "w") as f:
         f.write("x" * (1 << 20))
     f.write('"}\n')
 def status(key):  # kB figures of /proc/self/status (ru_maxrss would carry the parent's peak across exec)
-    return next(int(line.split()[1]) * 1024 for line in open("/proc/self/status") if line.startswith(key))
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(key))
 reader = JsonlReader(path)
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # reset the peak (VmHWM) to the current size

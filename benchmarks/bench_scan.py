@@ -133,7 +133,7 @@ def mode_scan(folder: Path, trace: bool, prefetch: bool | None) -> dict:
 def child(mode: str, folder: Path) -> dict:
     """Run one mode in a fresh interpreter; its JSON result."""
     code = (f"import sys; sys.argv = ['bench', '--child', {mode!r}, '--data', {str(folder)!r}]; "
-            f"exec(open({__file__!r}).read())")
+            f"import pathlib; exec(pathlib.Path({__file__!r}).read_text())")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           env=dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="offline"))
     return json.loads(proc.stdout.strip().splitlines()[-1])

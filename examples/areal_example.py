@@ -10,12 +10,15 @@ exactly with each row's token count. Three steps run quietly; then an actor whos
 with ``InvariantViolation`` before its advantages reach an update.
 
 Run in a venv with AReaL (``bash scripts/framework_venv.sh areal``):
-``.venvs/areal/bin/python examples/areal_example.py``.
+``.venvs/areal/bin/python examples/areal_example.py`` (``--out DIR`` keeps the monitor's log in
+``DIR/grpo-monitor/``; by default it goes to a temporary folder, removed at the end).
 """
 
 from __future__ import annotations
 
-from _framework import require_framework
+import os
+
+from _framework import output_folder, require_framework
 
 require_framework("areal")  # not installed here: prints the command that builds its venv, exits 2
 
@@ -28,6 +31,7 @@ from areal.utils.data import Normalization
 
 from grpo_monitor import InvariantViolation
 from grpo_monitor.integrations import areal as grpo_areal
+from grpo_monitor.sinks.auto import LOG_DIR_ENV
 
 logging.disable(logging.INFO)  # PPOActor logs its configuration
 G, PROMPTS, PROMPT_LEN, T = 8, 4, 3, 16
@@ -58,6 +62,12 @@ def batch(step: int) -> dict:
 
 
 def main() -> int:
+    with output_folder(__doc__.splitlines()[0]) as out:
+        os.environ[LOG_DIR_ENV] = str(out)  # no trainer config in reach: where sinks="auto" puts its JSONL log
+        return run()
+
+
+def run() -> int:
     attachment = grpo_areal.attach()  # the one line
     try:
         actor = grpo_actor()

@@ -9,16 +9,18 @@ fork whose ``group_norm`` takes the std over the prompts instead of the group is
 with ``InvariantViolation`` before its advantages reach an update.
 
 Run in a venv with OpenRLHF (``bash scripts/framework_venv.sh openrlhf``):
-``.venvs/openrlhf/bin/python examples/openrlhf_example.py``.
+``.venvs/openrlhf/bin/python examples/openrlhf_example.py`` (``--out DIR`` keeps the monitor's log in
+``DIR/grpo-monitor/``; by default it goes to a temporary folder, removed at the end).
 """
 
 from __future__ import annotations
 
-from _framework import require_framework
+from _framework import output_folder, require_framework
 
 require_framework("openrlhf")  # not installed here: prints the command that builds its venv, exits 2
 
 import argparse
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -49,9 +51,11 @@ class PromptAxisStd(RemoteExperienceMaker):
         return experiences
 
 
-def make_maker(cls=RemoteExperienceMaker):
-    """The experience maker as PPOTrainer builds it; only its args and KL controller matter here."""
+def make_maker(out: Path, cls=RemoteExperienceMaker):
+    """The experience maker as PPOTrainer builds it; only its args and KL controller matter here (the monitor's
+    log goes to ``<ckpt.output_dir>/grpo-monitor/``, as in a real run without a tracker)."""
     args = hierarchize(argparse.Namespace(**{
+        "ckpt.output_dir": str(out),
         "algo.advantage.estimator": "group_norm", "algo.advantage.no_std_norm": False, "algo.advantage.gamma": 1.0,
         "algo.kl.use_loss": True, "rollout.n_samples_per_prompt": G, "reward.clip_range": (-10.0, 10.0),
         "reward.overlong_buffer_len": None, "reward.stop_properly_penalty_coef": None}))
@@ -76,9 +80,14 @@ def rollout(step: int) -> list[Experience]:
 
 
 def main() -> int:
+    with output_folder(__doc__.splitlines()[0]) as out:
+        return run(out)
+
+
+def run(out: Path) -> int:
     attachment = grpo_openrlhf.attach()  # the one line
     try:
-        maker = make_maker()
+        maker = make_maker(out)
         for step in range(3):
             maker.compute_advantages_and_returns(rollout(step))  # what PPOTrainer.train_step runs
             report = attachment.reports[-1]
@@ -90,7 +99,7 @@ def main() -> int:
         grpo_openrlhf.detach()
     grpo_openrlhf.attach(sinks=None)
     try:
-        make_maker(PromptAxisStd).compute_advantages_and_returns(rollout(3))
+        make_maker(out, PromptAxisStd).compute_advantages_and_returns(rollout(3))
         print("broken fork: not stopped")
     except InvariantViolation as exc:
         print("broken fork stopped:", ", ".join(sorted({v.invariant for v in exc.violations})))

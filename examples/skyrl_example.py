@@ -10,12 +10,15 @@ SkyRL's registry that divides by the batch's std instead of each group's is stop
 ``InvariantViolation`` before its advantages reach an update.
 
 Run in a venv with SkyRL (``bash scripts/framework_venv.sh skyrl``):
-``.venvs/skyrl/bin/python examples/skyrl_example.py``.
+``.venvs/skyrl/bin/python examples/skyrl_example.py`` (``--out DIR`` keeps the monitor's log in
+``DIR/grpo-monitor/``; by default it goes to a temporary folder, removed at the end).
 """
 
 from __future__ import annotations
 
-from _framework import require_framework
+import os
+
+from _framework import output_folder, require_framework
 
 require_framework("skyrl")  # not installed here: prints the command that builds its venv, exits 2
 
@@ -24,6 +27,7 @@ import torch
 
 from grpo_monitor import InvariantViolation
 from grpo_monitor.integrations import skyrl as grpo_skyrl
+from grpo_monitor.sinks.auto import LOG_DIR_ENV
 
 grpo_skyrl.allow_python311()  # skyrl's own requirement below Python 3.12 (typing.TypedDict)
 from omegaconf import OmegaConf  # noqa: E402
@@ -67,6 +71,12 @@ def batch_std_grpo(token_level_rewards, response_mask, index, **kwargs):
 
 
 def main() -> int:
+    with output_folder(__doc__.splitlines()[0]) as out:
+        os.environ[LOG_DIR_ENV] = str(out)  # no trainer config in reach: where sinks="auto" puts its JSONL log
+        return run()
+
+
+def run() -> int:
     attachment = grpo_skyrl.attach()  # the one line
     try:
         for step in range(3):

@@ -12,16 +12,17 @@ name is imported from its module on first access.
 from __future__ import annotations
 
 import importlib
+import re
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from . import errors as _errors  # every exception a user may catch; imports nothing of the package, nothing heavy
 
 #: Public name -> submodule that defines it.
 _LAZY = {
     "ESTIMATORS": "estimators.registry",
     "GRPOMonitor": "monitor",
     "INVARIANTS": "violations",
-    "InvariantViolation": "violations",
     "MonitorConfig": "config",
     "StepReport": "report",
     "Tolerances": "config",
@@ -29,25 +30,51 @@ _LAZY = {
     "load_repro": "repro.replay",
     "replay": "repro.replay",
     "METRICS": "catalog.metrics",
+    **{name: "errors" for name in _errors.__all__},  # a new error: defined and listed in errors.py, exported here
 }
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
+    __version__: str
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
+    from .errors import InputError as InputError
+    from .errors import InputFileError as InputFileError
+    from .errors import InputTypeError as InputTypeError
+    from .errors import InputValueError as InputValueError
+    from .errors import InvariantViolation as InvariantViolation
+    from .errors import LogFormatError as LogFormatError
+    from .errors import MonitorClosedError as MonitorClosedError
+    from .errors import UnknownEstimatorError as UnknownEstimatorError
+    from .errors import UnsafeOutputError as UnsafeOutputError
+    from .errors import UnsafePathError as UnsafePathError
     from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport
     from .repro.replay import load_repro as load_repro
     from .repro.replay import replay as replay
     from .violations import INVARIANTS as INVARIANTS
-    from .violations import InvariantViolation as InvariantViolation
     from .violations import Violation as Violation
 
 
+def _version() -> str:
+    """The installed distribution's version; in a bare checkout on ``PYTHONPATH``, ``pyproject.toml``'s."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("grpo-monitor")
+    except metadata.PackageNotFoundError:
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        found = re.search(r'^version = "([^"]+)"', pyproject.read_text(), re.M) if pyproject.is_file() else None
+        return found.group(1) if found else "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # looked up on first use: `import grpo_monitor` stays instant
+        globals()[name] = _version()
+        return globals()[name]
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from typing import Any
 
 from .catalog.invariants import INVARIANTS as _INVARIANTS
+from .errors import InvariantViolation as InvariantViolation  # its home; this old path keeps working
 
 #: Every invariant the monitor checks, by name (records in :mod:`grpo_monitor.catalog.invariants`).
 INVARIANTS = _INVARIANTS
@@ -74,19 +74,3 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (int, float, str, bool)) or value is None:
         return value
     return str(value)
-
-
-class InvariantViolation(RuntimeError):
-    """Raised when an invariant breaks under the ``"raise"`` policy.
-
-    ``violations`` holds the :class:`Violation` records of the step.
-    """
-
-    def __init__(self, violations: Sequence[Violation]):
-        self.violations = list(violations)
-        lines = [v.message() for v in self.violations]
-        super().__init__("\n".join(lines) if lines else "invariant violation")
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickled with its records (a Ray actor's breach reaches the driver's ``ray.get`` as itself)."""
-        return (type(self), (self.violations,))

@@ -107,6 +107,24 @@ class LazyChoices:
         return ", ".join(self._get())
 
 
+#: Exit code of a command that needs an optional package (an extra) that is not installed: not bad input (2),
+#: not a breach the monitor caught (1).
+MISSING_EXTRA = 3
+
+
+def missing_extra(command: str, needs: str, package: str, extra: str) -> int:
+    """Say that ``needs`` wants ``package``, not installed, and the extra that brings it; return :data:`MISSING_EXTRA`.
+
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     code = missing_extra("demo", "--wandb", "wandb", "wandb")
+    >>> code, err.getvalue().strip().split("; ")[1]
+    (3, "install it with `pip install 'grpo-monitor[wandb]'`")
+    """
+    return fail(command, f"{needs} needs the {package} package, which is not installed; install it with "
+                f"`pip install 'grpo-monitor[{extra}]'`", code=MISSING_EXTRA)
+
+
 def fail(command: str, message: object, code: int = 2) -> int:
     """Print ``grpo-monitor COMMAND: error: MESSAGE`` to stderr and return ``code`` (2: bad input)."""
     print(printable(f"grpo-monitor {command}: error: {message}"), file=sys.stderr)

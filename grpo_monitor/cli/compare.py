@@ -7,7 +7,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from . import add_read_limits, fail, printable, read_limits
+from . import add_read_limits, fail, missing_extra, printable, read_limits
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -31,9 +31,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Write the page; print the table; exit 2 when a log is missing or unreadable."""
+    """Write the page (an earlier one in --out is replaced, and said so); print the table; exit 2 when a log is
+    missing or unreadable, 3 without matplotlib."""
     if importlib.util.find_spec("matplotlib") is None:
-        return fail("compare", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
+        return missing_extra("compare", "the comparison (its figures)", "matplotlib", "plots")
     from ..scan.compare import compare_text, load_pair, write_comparison
 
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
@@ -42,10 +43,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         with read_limits(args):
             runs, names = load_pair(args.run_a, args.run_b, labels)
+        earlier = (Path(args.out) / "compare.html").is_file()
         page = write_comparison(runs, names, Path(args.out))
     except (OSError, ValueError) as exc:  # LogFormatError and InputFileError are ValueErrors
         return fail("compare", exc)
     print(printable(compare_text(runs, names)))
-    print(printable(f"compare: {page}"))
+    print(printable(f"compare: {page}" + (" (replaced the earlier compare.html)" if earlier else "")))
     return 0
 

@@ -1,16 +1,20 @@
 """``grpo-monitor demo``: train the finite-group teaching model with GRPO and the monitor attached.
 
 Exit code 0 for a clean run, 1 when an invariant broke (``--inject-bug``), 2 for bad
-arguments.
+arguments, 3 when ``--wandb`` is asked for without wandb installed. Before training it says
+what will not be written (no report without matplotlib) and what earlier output in ``--out``
+is replaced.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
+from pathlib import Path
 from typing import Any
 
-from . import LazyChoices, fail
+from . import LazyChoices, fail, missing_extra
 
 #: Option dest -> the DemoConfig field it sets; an option left out keeps DemoConfig's default.
 _CONFIG_FIELDS = {
@@ -100,10 +104,14 @@ def run(args: argparse.Namespace) -> int:
         config = _config(args)
     except ValueError as exc:
         return fail("demo", exc)
+    if args.wandb and importlib.util.find_spec("wandb") is None:
+        return missing_extra("demo", "--wandb (a W&B offline run of the demo)", "wandb", "wandb")
     from ..demo import run_demo
     from ..demo.summary import failure_text, summary_text
 
     out = args.out or ("runs/demo" if args.inject_bug is None else f"runs/demo-{args.inject_bug}")
+    for note in before_run(Path(out), report=not args.no_report):
+        print(f"grpo-monitor demo: {note}", file=sys.stderr)
     result = run_demo(
         config, out, bug=args.inject_bug, wandb=args.wandb, tensorboard=not args.no_tensorboard,
         progress=not args.no_progress, report=not args.no_report,
@@ -113,3 +121,21 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(summary_text(result))
     return 0
+
+
+#: What a demo run writes into --out and replaces when run again there.
+REPLACED = ("monitor.jsonl", "theory.jsonl", "run.json", "report.html", "plots", "tensorboard")
+
+
+def before_run(out: Path, *, report: bool) -> list[str]:
+    """What to say before training: the report that will not be written, the earlier outputs replaced."""
+    notes = []
+    if report and importlib.util.find_spec("matplotlib") is None:
+        notes.append("matplotlib is not installed, so this run writes no HTML report (install it with "
+                     "`pip install 'grpo-monitor[plots]'`, then run `grpo-monitor report` on the folder); the log "
+                     "and the other outputs are written as usual")
+    present = [name for name in REPLACED if (out / name).exists()]
+    if present:
+        notes.append(f"{out} holds an earlier run's {', '.join(present)}: replaced by this run (pass --out DIR to "
+                     "keep them)")
+    return notes

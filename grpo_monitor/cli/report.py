@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+from pathlib import Path
 from typing import Any
 
-from . import add_read_limits, fail, printable, read_limits
+from . import add_read_limits, fail, missing_extra, printable, read_limits
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -32,19 +33,29 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Build the report; exit code 2 when the log is missing, unreadable or not a log of step records.
+    """Build the report; exit code 2 when the log is missing, unreadable or not a log of step records, 3 without
+    matplotlib. An earlier report.html in the output folder is replaced, and said so.
 
     A record of the wrong shape is named by file and line (``reporting.records.LogFormatError``).
     """
     if importlib.util.find_spec("matplotlib") is None:
-        return fail("report", "needs matplotlib; install it with `pip install grpo-monitor[plots]`")
+        return missing_extra("report", "the report (its figures)", "matplotlib", "plots")
     from ..reporting import build_report
+
+    earlier = _earlier_report(args)
 
     try:
         with read_limits(args):
             page = build_report(args.run, args.out)
     except (OSError, ValueError) as exc:  # LogFormatError and InputFileError are ValueErrors
         return fail("report", exc)
-    print(printable(f"report: {page}"))
+    print(printable(f"report: {page}" + (" (replaced the earlier report.html and plots/)" if earlier else "")))
     print(printable(f"plots:  {page.parent / 'plots'}"))
     return 0
+
+
+def _earlier_report(args: argparse.Namespace) -> bool:
+    """Whether the output folder already holds a report.html (the run folder, or --out)."""
+    run = Path(args.run)
+    folder = Path(args.out) if args.out else (run if run.is_dir() else run.parent)
+    return (folder / "report.html").is_file()

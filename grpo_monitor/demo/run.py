@@ -81,6 +81,9 @@ def make_sinks(
 
 
 def _wandb_sink(out_dir: Path, config: DemoConfig, bug: str | None) -> Sink:
+    if importlib.util.find_spec("wandb") is None:
+        raise ModuleNotFoundError("run_demo(wandb=True) needs the wandb package, which is not installed; install it "
+                                  "with `pip install 'grpo-monitor[wandb]'`, or pass wandb=None", name="wandb")
     import wandb
 
     from ..sinks.wandb_sink import WandbSink

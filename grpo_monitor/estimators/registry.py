@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 
+from ..errors import UnknownEstimatorError as UnknownEstimatorError  # its home; this old path keeps working
 from .base import CUSTOM, CUSTOM_ID, UNKNOWN_ID, Estimator
 from .frameworks import ALL
 
@@ -38,10 +39,6 @@ def _with_ids(entries: tuple[Estimator, ...]) -> dict[str, Estimator]:
 #: Every estimator by its dotted name ("population", "trl.group", "verl.grpo", ...).
 ESTIMATORS: dict[str, Estimator] = _with_ids(ALL)
 _BY_ID = {est.id: name for name, est in ESTIMATORS.items()}
-
-
-class UnknownEstimatorError(ValueError):
-    """An estimator name the registry does not hold; the message is one line naming the closest names."""
 
 
 def closest(name: str, names: list[str] | None = None, n: int = 3) -> list[str]:

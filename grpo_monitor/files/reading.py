@@ -30,15 +30,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from ..errors import InputFileError as InputFileError  # its home; this old path keeps working
+
 LINE_ENV = "GRPO_MONITOR_MAX_LINE_BYTES"
 FILE_ENV = "GRPO_MONITOR_MAX_FILE_BYTES"
 DEFAULT_MAX_LINE_BYTES = 256 << 20
 DEFAULT_MAX_FILE_BYTES = 16 << 30
 BLOCK_BYTES = 8 << 20
-
-
-class InputFileError(ValueError):
-    """A file that cannot be read as a recording: not a regular file, too large, or JSON out of bounds."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -24,13 +24,11 @@ import secrets
 from pathlib import Path
 from types import TracebackType
 
+from ..errors import UnsafeOutputError as UnsafeOutputError  # its home; this old path keeps working
+
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
-
-
-class UnsafeOutputError(PermissionError):
-    """An output path the command will not write through (a symlink, or not a folder)."""
 
 
 class OutputDir:

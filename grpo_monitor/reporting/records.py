@@ -23,16 +23,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..errors import LogFormatError as LogFormatError  # its home; this old path keeps working
 from ..files.reading import limits, line_too_long, loads, open_input
 
 #: (where in the record, what was expected, the value that came); None when the value is fine.
 Problem = tuple[str, str, Any] | None
 
 _MAX_STEP = 2**63  # steps become int64 arrays
-
-
-class LogFormatError(ValueError):
-    """A line of a run's JSONL log that is valid JSON but not a step record."""
 
 
 def read_step_records(path: str | os.PathLike) -> list[dict[str, Any]]:

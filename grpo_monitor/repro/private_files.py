@@ -22,9 +22,7 @@ import stat
 import tempfile
 from pathlib import Path
 
-
-class UnsafePathError(PermissionError):
-    """A folder or file the monitor would use is not private to the current user."""
+from ..errors import UnsafePathError as UnsafePathError  # its home; this old path keeps working
 
 
 def _uid() -> int | None:

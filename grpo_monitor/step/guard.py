@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
+from ..errors import MonitorClosedError as MonitorClosedError  # its home; this old path keeps working
 from ..violations import InvariantViolation
 from .calls import check_call
 from .inputs import InputError
@@ -62,10 +63,6 @@ class Guarded(Protocol):
     def _fault(self, part: str) -> None: ...
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> Any: ...
-
-
-class MonitorClosedError(RuntimeError):
-    """A public method was called on a closed monitor."""
 
 
 #: Exceptions that are the point of a call, never the monitor's own fault.

@@ -428,7 +428,7 @@ def test_shipped_default_is_gae_with_a_critic_said_once(attached):
         warnings.simplefilter("always")
         for step in range(2):
             _default_call(algo, algo.adv_estimator, seed=step)
-    said = [str(w.message) for w in caught if "grpo-monitor" in str(w.message)]
+    said = [str(w.message) for w in caught if str(w.message).startswith("grpo-monitor")]
     assert len(said) == 1 and "learned critic" in said[0]
     assert att.reports[-1].convention is None and att.reports[-1].violations == []
 
@@ -443,7 +443,7 @@ def test_shipped_default_grpo_gets_its_advantages_checked(kl_in_reward, attached
         warnings.simplefilter("always")
         out, scores = _default_call(algo, "grpo", kl_in_reward=kl_in_reward)
     report = att.reports[-1]
-    assert [str(w.message) for w in caught if "grpo-monitor" in str(w.message)] == []
+    assert [str(w.message) for w in caught if str(w.message).startswith("grpo-monitor")] == []
     assert report.convention == "verl.grpo" and report.violations == []
     assert report.metrics["grpo/adv/convention_id"] == ESTIMATORS["verl.grpo"].id
     shaped = out.batch["token_level_rewards"].sum(-1)

@@ -31,6 +31,7 @@ STEPS = 8
 CHILD = textwrap.dedent(
     """
     import json, os, resource, signal, sys, warnings
+    from pathlib import Path
     import torch
     from grpo_monitor import GRPOMonitor, MonitorConfig
     from grpo_monitor.sinks import SinkWarning
@@ -53,7 +54,7 @@ CHILD = textwrap.dedent(
             mon.observe_rollout(rewards, advantages=adv)
             mon.end_step()
             if step == fail_step:
-                data = open(path, "rb").read()
+                data = Path(path).read_bytes()
                 out["size_after"], out["ends_in_newline"] = len(data), data.endswith(b"\\n")
                 resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))  # space is back
             records = read_jsonl(path)

@@ -150,7 +150,7 @@ def assert_correct_and_private(out: dict, base: Path) -> Path:
 
 
 def grpo_warnings(out: dict) -> list[str]:
-    return [w for w in out["warnings"] if "grpo-monitor" in w]
+    return [w for w in out["warnings"] if w.startswith("grpo-monitor")]
 
 
 @pytest.mark.parametrize("owner,mode", [(ATTACKER, 0o777), (VICTIM, 0o777), (ATTACKER, 0o755)],

@@ -107,7 +107,7 @@ CHILD = textwrap.dedent(
                     out["graphs"].append(counters["stats"]["unique_graphs"])
             except Exception as exc:
                 out["error"] = f"{type(exc).__name__}: {str(exc)[:1500]}"
-        out["warnings"] = [str(w.message)[:300] for w in caught if "grpo-monitor" in str(w.message)]
+        out["warnings"] = [str(w.message)[:300] for w in caught if str(w.message).startswith("grpo-monitor")]
         out["native_calls"], out["nested_compiles"] = len(calls), len(backends.COMPILED.kernels)
         print("CASE " + json.dumps(out), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)

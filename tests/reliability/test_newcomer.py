@@ -84,3 +84,151 @@ def test_test_sh_announces_each_long_phase(skip, tmp_path):
     for name in ("openrlhf", "skyrl", "areal"):
         assert (f"framework venv {name} ready in" in err) != skip
     assert "GRPO_MONITOR_SKIP_FRAMEWORKS=1" in err
+
+
+# ------------------------------------------------------------ a checkout in the folder `git clone` makes: grpo-monitor
+def test_case_scripts_keep_only_the_monitors_own_warnings(capsys):
+    """The framework case runner keeps the warnings the monitor raises (their text starts with "grpo-monitor"), not
+    any warning whose text merely contains it, such as a ResourceWarning naming a file under .../grpo-monitor/."""
+    import json
+    import warnings
+
+    sys.path.insert(0, str(REPO / "tests" / "integrations" / "framework_cases"))
+    import _cases
+
+    def case():
+        warnings.warn("unclosed file <_io.TextIOWrapper name='/home/u/grpo-monitor/.venvs/x.py'>", ResourceWarning,
+                      stacklevel=1)
+        warnings.warn("grpo-monitor (openrlhf): the monitor's own word", RuntimeWarning, stacklevel=1)
+        return {}
+
+    _cases.run({"case": case}, [])
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith(_cases.MARKER))
+    kept = json.loads(line[len(_cases.MARKER):])["case"]["warnings"]
+    assert kept == ["grpo-monitor (openrlhf): the monitor's own word"]
+
+
+def _opens_outside_with(tree) -> list[int]:
+    """Lines of ``open(...)`` calls in ``tree`` that are not the expression of a ``with`` item."""
+    import ast
+
+    managed = {id(item.context_expr) for node in ast.walk(tree) if isinstance(node, (ast.With, ast.AsyncWith))
+               for item in node.items}
+    return [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", None) == "open" and id(node) not in managed]
+
+
+def _code_strings(tree) -> list:
+    """The string constants in ``tree`` that parse as Python and call open() (child scripts run by a test)."""
+    import ast
+    import textwrap
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "open(" in node.value:
+            try:
+                out.append(ast.parse(textwrap.dedent(node.value)))
+            except SyntaxError:
+                continue
+    return out
+
+
+def test_every_open_is_closed_by_a_with_block():
+    """No code of the project (its test helpers and child scripts included) opens a file outside a ``with``: an
+    unclosed file is a ResourceWarning naming its path, which a warning filter may then take for the monitor's."""
+    import ast
+
+    found = {}
+    for folder in ("grpo_monitor", "integrations", "tests", "examples", "benchmarks", "scripts"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text())
+            lines = _opens_outside_with(tree) + [f"string:{n}" for s in _code_strings(tree)
+                                                 for n in _opens_outside_with(s)]
+            if lines:
+                found[str(path.relative_to(REPO))] = lines
+    assert found == {}, f"open() outside a with block (use `with open(...)` or Path.read_text()): {found}"
+
+
+def _copy_checkout(dest: Path) -> None:
+    """The files git tracks (and new files it does not ignore) copied to ``dest``: what a fresh clone holds."""
+    listed = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO, capture_output=True,
+                            timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: no clone to copy")
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+
+
+#: The OpenRLHF cases that read OpenRLHF's CLI source (and once kept its unclosed-file warning as the monitor's).
+PATH_CASES = ["default_gae", "default_group_norm", "default_rloo", "default_dr_grpo", "default_reinforce_baseline"]
+
+
+@pytest.mark.slow
+def test_the_openrlhf_cases_pass_from_a_clone_named_grpo_monitor(tmp_path):
+    """A checkout in tmp/grpo-monitor with its framework venv under its .venvs/ (the layout scripts/test.sh makes
+    after `git clone`): the OpenRLHF cases that read OpenRLHF's own source see only the monitor's warnings."""
+    import json
+
+    from framework_venv import ENV, MARKER, framework_python
+
+    python = Path(framework_python("openrlhf"))  # the ready venv (grpo-monitor installed editable from here)
+    clone = tmp_path / "grpo-monitor"
+    _copy_checkout(clone)
+    (clone / ".venvs").mkdir()
+    (clone / ".venvs" / "openrlhf").symlink_to(python.parent.parent, target_is_directory=True)
+    venv_python = str(clone / ".venvs" / "openrlhf" / "bin" / "python")
+    origin = subprocess.run([venv_python, "-c", "import importlib.util as u; print(u.find_spec('openrlhf').origin)"],
+                            capture_output=True, text=True, timeout=60, check=True).stdout
+    assert origin.startswith(str(clone / ".venvs")), origin  # OpenRLHF's files are read under .../grpo-monitor/
+    proc = subprocess.run([venv_python,
+                           str(clone / "tests" / "integrations" / "framework_cases" / "openrlhf_cases.py"),
+                           *PATH_CASES], capture_output=True, text=True, timeout=300, cwd=clone,
+                          env={**os.environ, **ENV})
+    found = [line[len(MARKER):] for line in proc.stdout.splitlines() if line.startswith(MARKER)]
+    assert proc.returncode == 0 and found, proc.stdout[-2000:] + proc.stderr[-3000:]
+    cases = json.loads(found[-1])
+    assert sorted(cases) == sorted(PATH_CASES)
+    for name, result in cases.items():
+        expected = 1 if name == "default_gae" else 0  # gae: the one warning naming the learned critic
+        assert len(result["warnings"]) == expected, (name, result["warnings"])
+        assert all(w.startswith("grpo-monitor") for w in result["warnings"]), (name, result["warnings"])
+
+
+# ------------------------------------------------------------ outputs: not in the repository, not in the working folder
+def test_no_run_output_is_committed():
+    """No monitor log or run record is tracked by git (the committed grpo-monitor/ folder is gone)."""
+    listed = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    outputs = [name for name in listed.stdout.splitlines()
+               if name.startswith("grpo-monitor/") or name.endswith(("monitor.jsonl", "monitor.config.json"))]
+    assert outputs == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["openrlhf", "skyrl", "areal"])
+def test_a_framework_example_writes_its_log_to_its_own_folder(name, tmp_path):
+    """Run as documented from a folder, a framework example leaves that folder untouched (its log goes to a
+    temporary folder it removes, and says so); with --out DIR the log is DIR/grpo-monitor/monitor.jsonl."""
+    from framework_venv import ENV, framework_python
+    from grpo_monitor.sinks import read_jsonl
+
+    cwd, scratch, out = tmp_path / "cwd", tmp_path / "tmp", tmp_path / "out"
+    cwd.mkdir()
+    scratch.mkdir()
+    env = {**os.environ, **ENV, "TMPDIR": str(scratch)}
+    env.pop("GRPO_MONITOR_LOG_DIR")  # as a user runs it: no fallback folder set
+
+    def example(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([framework_python(name), str(REPO / "examples" / f"{name}_example.py"), *args],
+                              capture_output=True, text=True, timeout=180, cwd=cwd, env=env)
+
+    plain, kept = example(), example("--out", str(out))
+    assert plain.returncode == 0 and kept.returncode == 0, plain.stderr[-3000:] + kept.stderr[-3000:]
+    assert list(cwd.iterdir()) == [] and list(scratch.glob("grpo-example-*")) == []
+    assert "log removed with its temporary folder (pass --out DIR to keep it)" in plain.stdout
+    log = out / "grpo-monitor" / "monitor.jsonl"
+    assert f"log: {log}" in kept.stdout
+    assert [r["step"] for r in read_jsonl(log)] == [0, 1, 2]

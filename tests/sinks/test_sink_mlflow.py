@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_metric_histories_equal_the_jsonl_and_params_are_present(store, tmp_path
     with_tables = [step for step, _, _ in recorder.tables]
     assert with_tables and tables == [f"grpo_monitor/tables/grpo/questions/step_{s:06d}.json" for s in with_tables]
     local = client.download_artifacts(run.info.run_id, tables[0], str(tmp_path))
-    assert json.load(open(local))["columns"][:2] == ["question_id", "success_rate"]
+    assert json.loads(Path(local).read_text())["columns"][:2] == ["question_id", "success_rate"]
 
 
 def test_a_breach_marks_the_run_failed_with_a_tag_and_a_text_artifact(store, tmp_path):
@@ -77,7 +78,7 @@ def test_a_breach_marks_the_run_failed_with_a_tag_and_a_text_artifact(store, tmp
     assert records[-1]["failed"] and records[-1]["step"] == 1
     assert _history(client, run.info.run_id, "grpo/invariants/violations")[-1][0] == 1
     local = client.download_artifacts(run.info.run_id, "grpo_monitor/violations/step_000001.txt", str(tmp_path))
-    text = open(local).read()
+    text = Path(local).read_text()
     assert text.startswith("Run stopped by a breach at step 1.") and "zero_group_mean" in text
 
 

@@ -518,7 +518,7 @@ def machine_tmp(monkeypatch, tmp_path) -> Path:
 
 
 def grpo_warnings(caught) -> list[str]:
-    return [str(w.message) for w in caught if "grpo-monitor" in str(w.message)]
+    return [str(w.message) for w in caught if str(w.message).startswith("grpo-monitor")]
 
 
 def test_a_cache_dir_others_can_write_is_passed_over_with_one_warning(native, monkeypatch, tmp_path, machine_tmp):

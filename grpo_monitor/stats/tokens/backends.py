@@ -148,9 +148,9 @@ class CompiledBackend:
                 return by_row_blocks(x, self.block, lambda blk: kernel(blk.mask, *blk.values))
         except Exception as exc:  # noqa: BLE001 - whatever the backend raises, stay correct
             self.broken = True
-            warnings.warn(f"grpo-monitor: torch.compile of the token statistics failed ({type(exc).__name__}: "
-                          f"{str(exc)[:200]}); using the eager path for the rest of the process", RuntimeWarning,
-                          stacklevel=4)
+            warnings.warn(f"grpo-monitor: torch.compile of the token statistics failed "
+                          f"({native_build.describe(exc, 300)}); the token statistics use the eager path for the "
+                          "rest of the process.", RuntimeWarning, stacklevel=4)
             return EAGER.run(x)
 
     def _kernel(self, x: TokenInputs) -> Callable:
@@ -249,6 +249,11 @@ EAGER, COMPILED, NATIVE = EagerBackend(), CompiledBackend(), NativeBackend()
 BACKENDS: tuple[Backend, ...] = (NATIVE, COMPILED, EAGER)
 
 
+def compile_asked(compile: bool | str) -> bool:
+    """Whether the user asked for compiling (``compile=True`` or ``GRPO_MONITOR_COMPILE=1``), not just allowed it."""
+    return compile is True or os.environ.get("GRPO_MONITOR_COMPILE") == "1"
+
+
 def wants_compile(compile: bool | str, numel: int) -> bool:
     """Whether ``compile=`` and ``GRPO_MONITOR_COMPILE`` allow a compiled backend (native or torch.compile) here."""
     wanted = compile is True or (compile == "auto" and numel >= AUTO_COMPILE_MIN_TOKENS)
@@ -257,6 +262,9 @@ def wants_compile(compile: bool | str, numel: int) -> bool:
 
 def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
     """The backend for ``x``: eager unless compiling is wanted, else native, compiled, eager, the first that accepts.
+
+    When the C kernel could not be built for want of a C compiler, ``torch.compile`` (which needs one too, and takes
+    7-160 s to fail) is skipped unless the user asked for it (:func:`compile_asked`).
 
     >>> from grpo_monitor.stats.tokens.arguments import token_inputs
     >>> select_backend(token_inputs(torch.ones(2, 3)), compile=False).name
@@ -267,6 +275,8 @@ def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
     for backend in BACKENDS:
         if backend is NATIVE and os.environ.get("GRPO_MONITOR_NATIVE") == "0":
             continue
+        if backend is COMPILED and native_build.no_compiler() and not compile_asked(compile):
+            return EAGER
         if backend.accepts(x):
             return backend
     return EAGER

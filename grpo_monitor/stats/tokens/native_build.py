@@ -9,7 +9,8 @@ on torch's own thread pool; at load its ``grpo_token_fields`` must equal ``TOKEN
 
 Anything short of a working kernel (no compiler, a failed build or load) returns ``None``
 from ``token_stats`` and warns once; the backend selection then passes the kernel over for
-the rest of the process. ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
+the rest of the process, and without a C compiler it skips ``torch.compile`` too (which
+needs one) unless asked for (:func:`no_compiler`). ``GRPO_MONITOR_CACHE_DIR`` moves the build cache.
 
 Loading a shared library runs its code, so the cache is trusted only when it is private
 (``grpo_monitor.repro.private_files``): the folder and the library must be owned by the current
@@ -42,13 +43,22 @@ SOURCE = Path(__file__).with_name("native_kernel.c")
 FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
 MASK_KINDS = {torch.float32: 0, torch.bool: 1, torch.uint8: 1, torch.int32: 2, torch.int64: 3}
 _OP_CODES = {"sum": 0, "min": 1, "max": 2}
-_STATE: dict[str, object] = {"lib": None, "broken": False}
+_STATE: dict[str, object] = {"lib": None, "broken": False, "no_compiler": False}
 _CPU = torch.backends.cpu.get_cpu_capability()  # read once: not traceable by Dynamo, fixed for the process
 
 
 def cpu_supported() -> bool:
     """Whether this CPU runs the kernel (AVX2) and no build or load has failed in this process."""
     return _CPU in ("AVX2", "AVX512") and not _STATE["broken"]
+
+
+class _NoCompiler(RuntimeError):
+    """No C compiler to build with: none on the PATH, or the one found cannot be run (internal, never raised out)."""
+
+
+def no_compiler() -> bool:
+    """Whether the build failed in this process for want of a C compiler (``torch.compile`` needs one too)."""
+    return bool(_STATE["broken"] and _STATE["no_compiler"])
 
 
 def loaded() -> bool:
@@ -91,10 +101,31 @@ def _library():
         try:
             _STATE["lib"] = _load(_build(), [name for name, _ in TOKEN_FIELDS])
         except Exception as exc:  # noqa: BLE001 - any failure: fall back, keep training
-            _STATE["broken"] = True
-            warnings.warn(f"grpo-monitor: the native token kernel is unavailable ({type(exc).__name__}: "
-                          f"{str(exc)[:300]}); using the torch.compile / eager path", RuntimeWarning, stacklevel=5)
+            _STATE.update(broken=True, no_compiler=isinstance(exc, _NoCompiler))
+            warnings.warn(unavailable_text(exc), RuntimeWarning, stacklevel=5)
     return _STATE["lib"]
+
+
+def unavailable_text(exc: Exception) -> str:
+    """The one warning of a failed build, whole sentences; without a compiler it says eager follows directly."""
+    if isinstance(exc, _NoCompiler):
+        return (f"grpo-monitor: the native token kernel is unavailable: {exc}. The token statistics use the eager "
+                "path; torch.compile, which needs a C compiler too, is not tried (set GRPO_MONITOR_COMPILE=1 to try "
+                "it anyway).")
+    return (f"grpo-monitor: the native token kernel is unavailable ({describe(exc, 300)}); the token statistics use "
+            "the torch.compile or eager path.")
+
+
+def describe(exc: BaseException, limit: int) -> str:
+    """``Type: message`` on one line, cut at a word before ``limit`` characters and marked ``[...]`` if cut.
+
+    >>> describe(RuntimeError("gcc failed: " + "x " * 100), 30)
+    'RuntimeError: gcc failed: x x [...]'
+    """
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0] + " [...]"
 
 
 def generated_header(fields: Sequence[tuple[str, str]] = TOKEN_FIELDS) -> str:
@@ -125,7 +156,7 @@ def compiler() -> str:
         path = shutil.which(name) if name else None
         if path:
             return path
-    raise RuntimeError("no C compiler found (set CC, or install gcc)")
+    raise _NoCompiler("no C compiler found (set CC, or install gcc)")
 
 
 def cache_dir() -> Path:
@@ -170,8 +201,11 @@ def _compile_into(target: Path) -> Path:
     os.close(fd)
     try:
         cc = compiler()
-        res = subprocess.run([cc, *FLAGS, "-o", tmp, "-x", "c", "-"], input=source_text(), capture_output=True,
-                             text=True, timeout=120)
+        try:
+            res = subprocess.run([cc, *FLAGS, "-o", tmp, "-x", "c", "-"], input=source_text(), capture_output=True,
+                                 text=True, timeout=120)
+        except OSError as exc:  # not there, not executable: no compiler to build with
+            raise _NoCompiler(f"the C compiler {cc} cannot be run ({exc.strerror or exc})") from exc
         if res.returncode != 0:
             raise RuntimeError(f"{Path(cc).name} failed: {res.stderr.strip()[-500:]}")
         os.chmod(tmp, 0o700)  # the linker may recreate the file with the umask's group bits

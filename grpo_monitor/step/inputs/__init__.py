@@ -3,7 +3,7 @@
 Every error names the argument, what was expected and what came. The names are imported
 from here; each lives in one module:
 
-- :mod:`.tensors`: the input errors (``InputError``, ``InputValueError``, ``InputTypeError``),
+- :mod:`.tensors`: the input errors (re-exported from :mod:`grpo_monitor.errors`),
   :func:`as_tensor` and the tensor kinds it refuses;
 - :mod:`.grouping`: the group layouts (:func:`group_layout`) and per-row arguments aligned with them;
 - :mod:`.ids`: group and question ids as plain Python values (:func:`plain_id`, :func:`plain_state`);

@@ -13,25 +13,14 @@ from typing import Any
 import numpy as np
 import torch
 
+# the input errors live in grpo_monitor.errors; this old import path keeps working
+from ...errors import InputError as InputError
+from ...errors import InputTypeError as InputTypeError
+from ...errors import InputValueError as InputValueError
+
 _NUMERIC_KINDS = "biuf"
 
 
-class InputError(Exception):
-    """Base of the errors raised for bad input at the API boundary."""
-
-    __module__ = "grpo_monitor.step.inputs"  # where users import it from, as tracebacks name it
-
-
-class InputValueError(InputError, ValueError):
-    """A value of the wrong shape, length or layout."""
-
-    __module__ = "grpo_monitor.step.inputs"
-
-
-class InputTypeError(InputError, TypeError):
-    """A value of the wrong type or dtype."""
-
-    __module__ = "grpo_monitor.step.inputs"
 
 
 @contextlib.contextmanager
@@ -80,7 +69,7 @@ def check_kind(tensor: torch.Tensor, name: str) -> None:
 
     >>> check_kind(torch.ones(2, 2).to_sparse(), "rewards")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    grpo_monitor.step.inputs.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
+    grpo_monitor.errors.InputTypeError: rewards is a sparse tensor (layout torch.sparse_coo); ... call .to_dense()
     """
     if tensor.is_nested:
         what, fix = "a nested tensor (ragged rows)", "pad it (torch.nested.to_padded_tensor) and pass a mask"

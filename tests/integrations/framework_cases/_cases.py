@@ -94,7 +94,7 @@ def run(cases: dict[str, Callable[[], dict[str, Any]]], selected: list[str]) -> 
                           "invariants": sorted({v.invariant for v in exc.violations})}
             except Exception as exc:  # reported, so the test shows the framework's own error
                 result = {"raised": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()}
-        result["warnings"] = [str(w.message) for w in caught if "grpo-monitor" in str(w.message)]
+        result["warnings"] = [str(w.message) for w in caught if str(w.message).startswith("grpo-monitor")]
         results[name] = result
     sys.stdout.flush()
     print(MARKER + json.dumps(results, default=str), flush=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import torch
@@ -185,7 +186,7 @@ def cli_defaults() -> dict:
 
     origin = importlib.util.find_spec("openrlhf.cli.train_ppo_ray").origin
     found = {}
-    for node in ast.walk(ast.parse(open(origin).read())):
+    for node in ast.walk(ast.parse(Path(origin).read_text())):
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument" and node.args \
                 and isinstance(node.args[0], ast.Constant) and str(node.args[0].value).lstrip("-") in CLI:
             default = next((k.value for k in node.keywords if k.arg == "default"), None)

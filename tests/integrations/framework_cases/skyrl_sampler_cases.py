@@ -17,6 +17,7 @@ import copy
 import importlib.util
 import math
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -39,7 +40,7 @@ G, GROUPS, T, DP = 4, 6, 10, 5  # 24 rows, padded by pad_batch to 25 for a data-
 def trainer_methods() -> dict:
     """``RayPPOTrainer.pad_batch`` and ``.compute_advantages_and_returns``, compiled from SkyRL's own source."""
     path = importlib.util.find_spec("skyrl_train").submodule_search_locations[0] + "/trainer.py"
-    tree = ast.parse(open(path).read(), path)
+    tree = ast.parse(Path(path).read_text(), path)
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "RayPPOTrainer")
     wanted = [n for n in cls.body if isinstance(n, ast.FunctionDef)
               and n.name in ("pad_batch", "compute_advantages_and_returns")]

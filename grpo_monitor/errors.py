@@ -1,0 +1,86 @@
+"""Every exception a user of grpo-monitor may catch, in one module; each is also exported from ``grpo_monitor``.
+
+>>> from grpo_monitor import InputValueError, InvariantViolation
+>>> issubclass(InputValueError, ValueError), issubclass(InvariantViolation, RuntimeError)
+(True, True)
+
+Each class keeps the built-in base it always had, so ``except ValueError`` still catches
+an input error. The modules that raise them re-export them under their old paths
+(``grpo_monitor.step.inputs.InputValueError``, ``grpo_monitor.violations.InvariantViolation``,
+...), which keep working. This module imports nothing from the package: any module may
+raise from it. A new error is defined here and listed in ``__all__``; ``grpo_monitor`` exports
+every name listed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = [
+    "InputError", "InputFileError", "InputTypeError", "InputValueError", "InvariantViolation", "LogFormatError",
+    "MonitorClosedError", "UnknownEstimatorError", "UnsafeOutputError", "UnsafePathError",
+]
+
+
+class _Record(Protocol):
+    """What a breach needs of its records (:class:`grpo_monitor.Violation`, not imported here: no cycle)."""
+
+    def message(self) -> str: ...
+
+
+# ------------------------------------------------------------ what a training run raises
+class InvariantViolation(RuntimeError):
+    """Raised when an invariant breaks under the ``"raise"`` policy.
+
+    ``violations`` holds the :class:`~grpo_monitor.Violation` records of the step.
+    """
+
+    def __init__(self, violations: Sequence[_Record]):
+        self.violations: list[Any] = list(violations)  # grpo_monitor.Violation records
+        lines = [v.message() for v in self.violations]
+        super().__init__("\n".join(lines) if lines else "invariant violation")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its records (a Ray actor's breach reaches the driver's ``ray.get`` as itself)."""
+        return (type(self), (self.violations,))
+
+
+class InputError(Exception):
+    """Base of the errors raised for bad input at the API boundary (an argument's name, type, shape or value)."""
+
+
+class InputValueError(InputError, ValueError):
+    """A value of the wrong shape, length or layout."""
+
+
+class InputTypeError(InputError, TypeError):
+    """A value of the wrong type or dtype."""
+
+
+class MonitorClosedError(RuntimeError):
+    """A public method was called on a closed monitor."""
+
+
+class UnknownEstimatorError(ValueError):
+    """An estimator name the registry does not hold; the message is one line naming the closest names."""
+
+
+# ------------------------------------------------------------ files the monitor reads or writes
+class InputFileError(ValueError):
+    """A file that cannot be read as a recording: not a regular file, too large, or JSON out of bounds."""
+
+
+class LogFormatError(ValueError):
+    """A line of a run's JSONL log that is valid JSON but not a step record."""
+
+
+class UnsafePathError(PermissionError):
+    """A folder or file the monitor would use is not private to the current user."""
+
+
+class UnsafeOutputError(PermissionError):
+    """An output path the command will not write through (a symlink, or not a folder)."""
+
+
+# ------------------------------------------------------------ run health
