@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..catalog.trainer_keys import NO_COUNTERPART, TRAINER_KEYS
 from ..files.reading import InputFileError, check_regular, loads, open_input, read_text_blocks
 from ..reporting.facts import plural
 from .columns import ScanInputError, describe
@@ -37,36 +38,13 @@ class LoggedKey:
     note: str
 
 
-LOGGED_KEYS: tuple[LoggedKey, ...] = (
-    LoggedKey("TRL", "sampling/sampling_logp_difference/mean", "grpo/mismatch/abs_diff_mean",
-              "mean |old_per_token_logps − sampling_per_token_logps| over valid tokens (TRL averages the ranks' "
-              "means: equal when the ranks hold equal token counts)"),
-    LoggedKey("TRL", "sampling/sampling_logp_difference/max", "grpo/mismatch/abs_diff_max",
-              "max |old_per_token_logps − sampling_per_token_logps| over valid tokens and ranks"),
-    LoggedKey("TRL", "entropy", "grpo/entropy/mean",
-              "masked mean of the trainer's per-token entropies (averaged over the logging window's micro-batches)"),
-    LoggedKey("TRL", "completions/clipped_ratio", "grpo/rows/truncated_rate",
-              "share of completions that end without EOS (cut at max_completion_length)"),
-    LoggedKey("verl", "rollout_corr/kl", "grpo/mismatch/k1_mean",
-              "masked mean of rollout_log_probs − old_log_probs = mean of −Delta (same sign)"),
-    LoggedKey("verl", "rollout_corr/k3_kl", "grpo/mismatch/k3_mean",
-              "masked mean of exp(u) − u − 1 with u = old_log_probs − rollout_log_probs = Delta"),
-    LoggedKey("verl", "response_length/clip_ratio", "grpo/rows/truncated_rate",
-              "share of responses whose length equals max_response_length"),
-    LoggedKey("verl", "actor/entropy", "grpo/entropy/mean",
-              "the actor's entropy aggregated with its loss_agg_mode (equal under token-mean over equal "
-              "micro-batches)"),
-    LoggedKey("NeMo-RL", "token_mult_prob_error", "grpo/mismatch/mult_prob_error",
-              "masked mean of exp|generation_logprobs − prev_logprobs| over valid tokens"),
-)
+#: One entry per framework key a scan reports under a monitor key: derived from the one mapping table,
+#: :data:`grpo_monitor.catalog.trainer_keys.TRAINER_KEYS` (records with a ``scan_key``).
+LOGGED_KEYS: tuple[LoggedKey, ...] = tuple(LoggedKey(k.framework, k.key, k.scan_key, k.transform)
+                                           for k in TRAINER_KEYS.values() if k.scan_key)
 
 #: Framework keys read but not mapped, and why (they stay in the trainer's own dashboards).
-NOT_MAPPED: dict[str, str] = {
-    "sampling/importance_sampling_ratio/*": "TRL logs the ratio after truncation or masking (and per sequence in "
-                                            "the sequence modes), not the raw token weight exp(Delta)",
-    "rollout_corr/rollout_is_*": "verl's importance weights after truncation or rejection",
-    "gen_kl_error": "NeMo-RL's KL of the configured reference_policy_kl_type (k3_mean only when it is k3)",
-}
+NOT_MAPPED: dict[str, str] = NO_COUNTERPART
 
 _BY_SOURCE = {k.source: k for k in LOGGED_KEYS}
 #: What a logger puts before the framework's key (transformers' ``rewrite_logs``, NeMo-RL's logger).
