@@ -1,0 +1,113 @@
+"""TRL's own logged metrics against the exact values of the same entries (the ``trainer_metric`` audit).
+
+TRL appends one value per generation (``reward``, ``frac_reward_zero_std``, ``completions/*``) or per
+micro-batch (``entropy``, ``kl``, ``clip_ratio/*``) to ``trainer._metrics["train"]`` and ``log()`` logs
+the flat mean of each list over the logging window (``trl==1.16.0 trl/trainer/grpo_trainer.py``:
+``_generate_and_score_completions``, ``_compute_loss``, ``log``). :class:`TRLAudit` pairs every
+entry TRL appends with the exact value of the same entry (float64, from the same tensors), and when
+the trainer logs it hands both to ``GRPOMonitor.audit_trainer_metrics``: the exact window value of a
+generation key is the mean over the window's generations (equal batches), of a micro-batch key the
+mean over optimizer steps of each step's mean of micro-batch values (one value per optimizer
+window, as TRL #7053 defines it). Micro-batch keys are paired on one process (the exact value of a
+micro-batch on several would need a collective of its own).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from grpo_monitor.stats.groups import group_reward_stats
+
+ROLLOUT_KEYS = ("frac_reward_zero_std", "reward", "reward_std", "completions/mean_length",
+                "completions/clipped_ratio", "completions/mean_terminated_length")
+LOSS_KEYS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
+
+
+def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, lengths: torch.Tensor
+                  ) -> dict[str, float]:
+    """The exact values of one generation's rollout keys: gathered rewards (NaN: unscorable), cut flags, lengths."""
+    r = rewards.detach().double().flatten()
+    scored = r[~torch.isnan(r)]
+    out = {"completions/mean_length": float(lengths.double().mean()),
+           "completions/clipped_ratio": float(cut.double().mean())}
+    done = lengths[~cut.bool()].double()
+    out["completions/mean_terminated_length"] = float(done.mean()) if done.numel() else 0.0
+    if scored.numel():
+        out["reward"] = float(scored.mean())
+    if scored.numel() > 1:
+        out["reward_std"] = float(scored.std(correction=1))
+    if r.numel() % group_size == 0:
+        ng = r.numel() // group_size
+        gid = torch.arange(ng, device=r.device).repeat_interleave(group_size)
+        out["frac_reward_zero_std"] = float(group_reward_stats(r, gid, ng).degenerate.double().mean())
+    return out
+
+
+def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.Tensor,
+               ref: torch.Tensor | None, clips: torch.Tensor | None) -> dict[str, float]:
+    """The exact values of one micro-batch's loss keys (float64 token means; clips: low, high, region, tokens)."""
+    m = mask.double()
+    n = float(m.sum())
+    if n <= 0:
+        return {}
+    out = {}
+    if entropies is not None:
+        out["entropy"] = float((entropies.detach().double() * m).sum()) / n
+    if ref is not None:
+        u = ref.detach().double() - logps.detach().double()
+        out["kl"] = float(((u.exp() - u - 1) * m).sum()) / n
+    if clips is not None:
+        low, high, region, tokens = clips.tolist()
+        if tokens > 0:
+            out.update({"clip_ratio/low_mean": low / tokens, "clip_ratio/high_mean": high / tokens,
+                        "clip_ratio/region_mean": region / tokens})
+    return out
+
+
+class TRLAudit:
+    """The exact value of every entry TRL appended since its last log, by key, with the optimizer step of each."""
+
+    def __init__(self, trainer: Any):
+        self.trainer = trainer
+        self.entries: dict[str, list[tuple[int, float]]] = {}
+
+    def counts(self) -> dict[str, int]:
+        """How many entries TRL holds per key now (taken before a call that may append one)."""
+        return {k: len(v) for k, v in self.trainer._metrics["train"].items()}
+
+    def pair(self, before: dict[str, int], exact: dict[str, float], step: int) -> None:
+        """Pair each key TRL appended exactly one entry to since ``before`` with its exact value."""
+        now = self.counts()
+        for key, value in exact.items():
+            if now.get(key, 0) == before.get(key, 0) + 1:
+                self.entries.setdefault(key, []).append((step, value))
+
+    def window(self) -> tuple[dict[str, float], dict[str, float], tuple[int, ...]]:
+        """TRL's would-be logged values (its ``log()``: the mean of the non-NaN entries), the exact window values,
+        and the micro-batches per optimizer step of the window; the pairs are cleared."""
+        held, entries, self.entries = self.trainer._metrics["train"], self.entries, {}
+        logged, exact = {}, {}
+        windows: dict[int, int] = {}
+        for key, pairs in entries.items():
+            values = list(held.get(key, ()))
+            if len(values) != len(pairs) or any(isinstance(v, float) and math.isnan(v) for v in values):
+                continue  # entries the hooks did not see (or NaN batches TRL drops): no faithful pairing
+            logged[key] = sum(values) / len(values)
+            exact[key] = _window_exact(pairs, key in LOSS_KEYS)
+            if key == "entropy":
+                for s, _ in pairs:
+                    windows[s] = windows.get(s, 0) + 1
+        return logged, exact, tuple(windows[s] for s in sorted(windows))
+
+
+def _window_exact(pairs: list[tuple[int, float]], per_step: bool) -> float:
+    """The mean over entries, or (``per_step``) over optimizer steps of each step's mean of entries."""
+    if not per_step:
+        return sum(v for _, v in pairs) / len(pairs)
+    steps: dict[int, list[float]] = {}
+    for s, v in pairs:
+        steps.setdefault(s, []).append(v)
+    return sum(sum(v) / len(v) for v in steps.values()) / len(steps)
