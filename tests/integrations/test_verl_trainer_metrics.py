@@ -91,8 +91,12 @@ def test_sum_metric_over_data_parallel_ranks(reduction):
     values grows with the DP size; verl 0.9.1's Metric.aggregate_dp (mean over ranks) is the global token mean."""
     shards = _entropy_shards()
     total = int(sum(float(m.sum()) for rank in shards for _, m in rank))
-    per_rank = [Metric("sum", [agg_loss(e, m, "token-mean", dp_size=2, batch_num_tokens=total) for e, m in rank])
-                for rank in shards]
+    per_rank = []
+    for rank in shards:
+        metric = Metric("sum")
+        for e, m in rank:
+            metric.append(agg_loss(e, m, "token-mean", dp_size=2, batch_num_tokens=total))
+        per_rank.append(metric)
     if reduction == "aggregate_dp":
         logged = float(Metric.aggregate_dp(per_rank))
     else:  # before #5203: every rank's values in one Metric, summed
@@ -125,4 +129,4 @@ def test_metric_scaled_by_accumulation_steps(scaled_twice):
         warnings.simplefilter("ignore", RuntimeWarning)
         (row,) = mon.end_step().trainer_metrics
     assert row["cause"] == ("accumulation_scaling" if scaled_twice else None)
-    assert row["exact"] == pytest.approx(sum(exact_micro) / k, rel=1e-9)
+    assert row["exact"] == pytest.approx(sum(exact_micro) / k, rel=1e-6)  # the monitor sums float32 tokens
