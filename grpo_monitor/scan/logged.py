@@ -78,32 +78,37 @@ class LoggedMetrics:
     def add(self, step: Any, tag: str, value: Any) -> None:
         """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
         infinite or a float-overflowing number is no measurement, as the W&B and TensorBoard readers see it)."""
-        entry, number, at = monitor_key(tag), _finite(value), _finite(step)
+        entry, number, at = self.lookup(tag), _finite(value), _finite(step)
         if entry is None or number is None or at is None:
             return
         self.found.setdefault(tag, entry)
         self.by_step.setdefault(int(at), {})[entry.key] = number
+
+    @staticmethod
+    def lookup(tag: str) -> LoggedKey | None:
+        """The mapping of a logged tag (:func:`monitor_key`; a subclass may map other keys)."""
+        return monitor_key(tag)
 
     def for_step(self, step: int) -> dict[str, float]:
         """The mapped values logged at ``step`` ({} when none)."""
         return self.by_step.get(step, {})
 
 
-def read_logged(path: str | Path) -> LoggedMetrics:
+def read_logged(path: str | Path, cls: type[LoggedMetrics] | None = None) -> LoggedMetrics:
     """The mapped sampler-side metrics of a recording at ``path``: an offline W&B run folder (or a folder
     holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log."""
-    p = Path(path)
+    p, cls = Path(path), cls or LoggedMetrics
     if not p.exists():
         raise ScanInputError(f"--metrics {p}: no such file or folder")
     run = _wandb_run(p) if p.is_dir() else None
     if run is not None:
-        return _from_wandb(run)
+        return _from_wandb(run, cls)
     events = [p] if p.is_file() and p.name.startswith("events.out.tfevents") else sorted(p.rglob(_EVENTS)) \
         if p.is_dir() else []
     if events:
-        return _from_tensorboard(p, events)
+        return _from_tensorboard(p, events, cls)
     if p.is_file():
-        return _from_jsonl(p)
+        return _from_jsonl(p, cls)
     raise ScanInputError(f"--metrics {p}: expected an offline W&B run folder (run-*.wandb), TensorBoard event files "
                          "(events.out.tfevents.*) or a JSON Lines metrics log, but found none of them")
 
@@ -120,7 +125,7 @@ def _wandb_run(path: Path) -> Path | None:
     return runs[0] if runs else None
 
 
-def _from_wandb(run: Path) -> LoggedMetrics:
+def _from_wandb(run: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
     from ..sinks.wandb_reader import history_rows, read_wandb_records
 
     wandb_file = sorted(run.glob("run-*.wandb"))[-1]
@@ -133,7 +138,7 @@ def _from_wandb(run: Path) -> LoggedMetrics:
         rows = history_rows(records)
     except ValueError as exc:  # a value too deep, out of range or not JSON (the text names the item)
         raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
-    out = LoggedMetrics(run, "wandb")
+    out = cls(run, "wandb")
     for row in rows:
         step = row.get("train/global_step", row.get("_step"))  # transformers logs the trainer's step beside
         for tag, value in _flat(row):
@@ -164,14 +169,14 @@ def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{key}", value
 
 
-def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
+def _from_tensorboard(root: Path, events: list[Path], cls: type[LoggedMetrics]) -> LoggedMetrics:
     try:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util import tensor_util
     except ImportError:
         raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
                              "(`pip install grpo-monitor[tensorboard]`)") from None
-    out = LoggedMetrics(root, "tensorboard")
+    out = cls(root, "tensorboard")
     for path in events:
         check_regular(path, root if root.is_dir() else None)
         for event in EventFileLoader(str(path)).Load():
@@ -184,9 +189,9 @@ def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
     return out
 
 
-def _from_jsonl(path: Path) -> LoggedMetrics:
+def _from_jsonl(path: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
     """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
-    out = LoggedMetrics(path, "jsonl")
+    out = cls(path, "jsonl")
     for number, raw in _lines(path):  # bounded: the line and file limits, linear in a long line
         try:
             record = loads(raw, f"--metrics {path}", number)  # too deep or out of range: worded
