@@ -19,8 +19,6 @@ from typing import Any
 
 import torch
 
-from grpo_monitor.stats.groups import group_reward_stats
-
 ROLLOUT_KEYS = ("frac_reward_zero_std", "reward", "reward_std", "completions/mean_length",
                 "completions/clipped_ratio", "completions/mean_terminated_length")
 LOSS_KEYS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
@@ -40,10 +38,17 @@ def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, len
     if scored.numel() > 1:
         out["reward_std"] = float(scored.std(correction=1))
     if r.numel() % group_size == 0:
-        ng = r.numel() // group_size
-        gid = torch.arange(ng, device=r.device).repeat_interleave(group_size)
-        out["frac_reward_zero_std"] = float(group_reward_stats(r, gid, ng).degenerate.double().mean())
+        out["frac_reward_zero_std"] = zero_std_share(r.view(-1, group_size))
     return out
+
+
+def zero_std_share(groups: torch.Tensor) -> float:
+    """The share of groups whose scorable rewards are all equal, exactly (float64): TRL's ``frac_reward_zero_std``
+    as it is meant. A group with fewer than two scorable rows has no std (TRL's ``nanstd`` gives NaN): not counted."""
+    scorable = ~torch.isnan(groups)
+    hi = torch.where(scorable, groups, torch.full_like(groups, -math.inf)).amax(1)
+    lo = torch.where(scorable, groups, torch.full_like(groups, math.inf)).amin(1)
+    return float(((scorable.sum(1) >= 2) & (hi == lo)).double().mean())
 
 
 def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.Tensor,

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from grpo_monitor.integrations._common import FailOpen, row_advantages
-from grpo_monitor.integrations._trl_audit import TRLAudit, loss_exact, rollout_exact
+from grpo_monitor.integrations._trl_audit import TRLAudit, loss_exact, rollout_exact, zero_std_share
 from grpo_monitor.integrations._trl_settings import trl_rewards, trl_settings
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.stats.groups import group_reward_stats
@@ -120,8 +120,8 @@ class TRLHooks:
             cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
         exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths)
         exact.pop("frac_reward_zero_std", None)
-        if getattr(tr, "scale_rewards", "group") != "batch":  # under "batch" TRL tests the batch's std: another
-            exact["frac_reward_zero_std"] = rollout_exact(rewards, g, cut, lengths)["frac_reward_zero_std"]  # key
+        if getattr(tr, "scale_rewards", "group") != "batch" and aggregation == "sum_then_normalize":  # else TRL
+            exact["frac_reward_zero_std"] = zero_std_share(rewards.double().view(-1, g))  # tests the batch's std
         self.audit.pair(before, exact, step)
         components = {}
         if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay

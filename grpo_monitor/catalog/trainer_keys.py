@@ -86,8 +86,10 @@ _TRL_LOSS = ("per_rank_means", "micro_batch_averaging")
 _RECORDS: tuple[TrainerKey, ...] = (
     # ------------------------------------------------------------------ TRL (per generation entry)
     _k("TRL", "frac_reward_zero_std", "grpo/groups/degenerate_rate",
-       "share of groups whose rewards are all equal; TRL tests torch.isclose(std, 0) on float32 group stds, the "
-       "monitor compares the float64 rewards", TRL + "::_generate_and_score_completions", atol=1e-6, rtol=0.0,
+       "share of groups whose scorable rewards are all equal (a group with fewer than two scorable rows has no "
+       "std: not counted); TRL tests torch.isclose(std, 0) on float32 group stds, the exact value compares the "
+       "float64 rewards (recomputed by the TRL integration; offline, the monitor's degenerate rate)",
+       TRL + "::_generate_and_score_completions", atol=1e-6, rtol=0.0,
        noise=_RATE, causes=("float32_zero_std", *_TRL_ROLLOUT)),
     _k("TRL", "reward", "exact", "nanmean of the gathered weighted rewards (unscorable rows NaN, left out)",
        TRL + "::_generate_and_score_completions", causes=_TRL_ROLLOUT),
