@@ -67,6 +67,7 @@ from grpo_monitor.integrations._common import outcome_only, row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.integrations._lookup import module_references, trainer_setting
+from grpo_monitor.integrations._verl_audit import audit_data_metrics, data_metrics_exact, patch_data_metrics  # noqa: F401
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
@@ -185,6 +186,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
         state.patch_with(module, name, wrapper)
     if kl:
         _patch_kl(state)
+    patch_data_metrics(state)
     return _SLOT.claim(state)
 
 
@@ -364,31 +366,3 @@ def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:
     lengths = mask.sum(-1)
     return {"loss": loss, "rollout": {"lengths": lengths, "truncated": lengths == width}}
 
-
-def data_metrics_exact(data: Any, eos_token_ids: Sequence[int] = ()) -> dict[str, float]:
-    """The exact values (float64) of ``compute_data_metrics``'s keys the monitor audits, from the same DataProto:
-    the advantages over valid response tokens, the response lengths, and (with ``eos_token_ids``) the share of
-    rows cut by any cap (no EOS at their last valid token: ``max_response_length`` or ``max_model_len``)."""
-    batch = data.batch
-    mask = batch["response_mask"].bool()
-    adv = torch.masked_select(batch["advantages"].double(), mask)
-    lengths = batch["attention_mask"][:, -batch["responses"].shape[-1]:].double().sum(-1)
-    out = {"response_length/mean": float(lengths.mean())}
-    if adv.numel():
-        out.update({"critic/advantages/mean": float(adv.mean()), "critic/advantages/max": float(adv.max()),
-                    "critic/advantages/min": float(adv.min())})
-    if eos_token_ids:
-        last = (lengths.long() - 1).clamp(min=0)
-        tokens = batch["responses"][torch.arange(len(lengths)), last]
-        out["response_length/clip_ratio"] = float((~torch.isin(tokens, torch.tensor(list(eos_token_ids)))).double()
-                                                  .mean())
-    return out
-
-
-def audit_data_metrics(monitor: GRPOMonitor, data: Any, metrics: dict[str, Any],
-                       eos_token_ids: Sequence[int] = ()) -> None:
-    """Hand the step's ``compute_data_metrics`` values to ``monitor.audit_trainer_metrics`` with their exact
-    values (:func:`data_metrics_exact`); ``critic/score/mean`` is compared with the monitor's reward mean."""
-    exact = data_metrics_exact(data, eos_token_ids)
-    keys = (*exact, "critic/score/mean")
-    monitor.audit_trainer_metrics("verl", {k: metrics[k] for k in keys if k in metrics}, exact)

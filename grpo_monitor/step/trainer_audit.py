@@ -39,6 +39,7 @@ class AuditRequest:
     logged: dict[str, float]
     exact: dict[str, float]
     context: AuditContext
+    of_step: int | None = None  # the step the values belong to, when its report has gone out (verl's data metrics)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,7 @@ class AuditRow:
     exact: float
     tolerance: float
     cause: str | None  # a name of CAUSES when mismatched, else None
+    of_step: int | None = None  # the step the values belong to when it is not the report's
 
     @property
     def mismatched(self) -> bool:
@@ -61,7 +63,7 @@ class AuditRow:
 
 
 def audit_request(framework: Any, logged: Any, exact: Any, world_size: Any, accumulation_steps: Any,
-                  windows: Any) -> AuditRequest:
+                  windows: Any, of_step: Any = None) -> AuditRequest:
     """The boundary of ``audit_trainer_metrics``: worded errors naming the argument."""
     if not isinstance(framework, str):
         raise InputTypeError(f"framework must be a string, but got {type(framework).__name__}")
@@ -79,8 +81,10 @@ def audit_request(framework: Any, logged: Any, exact: Any, world_size: Any, accu
             raise InputValueError(f"{name} must be an int >= 1, but got {n!r}")
     if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in windows):
         raise InputValueError(f"windows must be micro-batch counts >= 1, but got {windows!r}")
+    if of_step is not None and (isinstance(of_step, bool) or not isinstance(of_step, int) or of_step < 0):
+        raise InputValueError(f"of_step must be None or an int >= 0, but got {of_step!r}")
     return AuditRequest(framework, _numbers(logged), _numbers(exact or {}),
-                        AuditContext(world_size, accumulation_steps, tuple(windows)))
+                        AuditContext(world_size, accumulation_steps, tuple(windows)), of_step)
 
 
 def _numbers(values: Mapping[str, Any]) -> dict[str, float]:
@@ -104,12 +108,12 @@ def audit_rows(requests: Sequence[AuditRequest], metrics: Mapping[str, float]) -
     for req in requests:
         for key, trainer in req.logged.items():
             record = TRAINER_KEYS[(req.framework, key)]
-            exact = req.exact.get(key, metrics.get(record.quantity))
+            exact = req.exact.get(key, metrics.get(record.quantity) if req.of_step is None else None)
             if exact is None or not math.isfinite(exact):
                 continue
             tol = record.tolerance(exact)
             cause = diagnose(record, trainer, exact, req.context) if abs(trainer - exact) > tol else None
-            rows.append(AuditRow(req.framework, key, trainer, float(exact), tol, cause))
+            rows.append(AuditRow(req.framework, key, trainer, float(exact), tol, cause, req.of_step))
     return rows
 
 
@@ -153,10 +157,14 @@ def findings(rows: Sequence[AuditRow], step: int) -> list[Violation]:
     from ..catalog.invariants import INVARIANTS
 
     inv = INVARIANTS["trainer_metric"]
-    return [Violation("trainer_metric", step, f"{r.framework} logged {r.key} = {r.trainer:.6g}, exact value "
+    return [Violation("trainer_metric", step, f"{_at(r)}{r.framework} logged {r.key} = {r.trainer:.6g}, exact value "
                       f"{r.exact:.6g} (|gap| {abs(r.trainer - r.exact):.3g} > tolerance {r.tolerance:.3g})",
                       inv.expected(None), (), CAUSES[r.cause or "definition"], severity=inv.severity)
             for r in rows if r.mismatched]
+
+
+def _at(row: AuditRow) -> str:
+    return "" if row.of_step is None else f"at step {row.of_step}, "
 
 
 def audit_metrics(rows: Sequence[AuditRow]) -> dict[str, float]:
@@ -195,8 +203,10 @@ class AuditsTrainerMetrics:
 
     @locked
     def audit_trainer_metrics(self, framework: str, logged: dict[str, float], exact: dict[str, float] | None = None,
-                              *, world_size: int = 1, accumulation_steps: int = 1, windows: tuple = ()) -> None:
+                              *, world_size: int = 1, accumulation_steps: int = 1, windows: tuple = (),
+                              of_step: int | None = None) -> None:
         """What the trainer logs for this step (``logged``, its keys as ``framework`` names them), compared at
         ``end_step`` with ``exact`` or the monitor's own value (:mod:`grpo_monitor.catalog.trainer_keys`): a gap
-        beyond the key's tolerance is a ``trainer_metric`` warning naming the likely cause."""
-        self._audit.add(audit_request(framework, logged, exact, world_size, accumulation_steps, windows))
+        beyond the key's tolerance is a ``trainer_metric`` warning naming the likely cause. ``of_step``: the step
+        the values belong to when its report has gone out (then only ``exact`` is compared)."""
+        self._audit.add(audit_request(framework, logged, exact, world_size, accumulation_steps, windows, of_step))

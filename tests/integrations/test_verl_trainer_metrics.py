@@ -130,3 +130,53 @@ def test_metric_scaled_by_accumulation_steps(scaled_twice):
         (row,) = mon.end_step().trainer_metrics
     assert row["cause"] == ("accumulation_scaling" if scaled_twice else None)
     assert row["exact"] == pytest.approx(sum(exact_micro) / k, rel=1e-6)  # the monitor sums float32 tokens
+
+
+class _Fit:
+    """Where verl's RayPPOTrainer.fit stands: compute_advantage, then compute_data_metrics, its tokenizer in reach."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.tokenizer = SimpleNamespace(eos_token_id=EOS)
+
+    def step(self, data: DataProto) -> dict:
+        from verl.trainer.ppo import ray_trainer
+
+        data = ray_trainer.compute_advantage(data, adv_estimator="grpo")
+        return ray_trainer.compute_data_metrics(batch=data, use_critic=False)
+
+
+@pytest.mark.parametrize("cut_by_model_len", [False, True], ids=["width-cap-only", "max_model_len-cap"])
+def test_attached_fit_audits_the_data_metrics(cut_by_model_len, tmp_path):
+    """Under attach(), fit's compute_data_metrics is audited in the next step's report, labelled with its step."""
+    from grpo_monitor.sinks import JSONLSink, read_jsonl
+
+    gverl.attach(sinks=[JSONLSink(tmp_path / "m.jsonl")], config=MonitorConfig(on_violation="warn"))
+    try:
+        fit = _Fit()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for _ in range(3):
+                data, *_ = _batch(cut_by_model_len)
+                data.batch.pop("advantages")
+                data.batch.pop("returns")
+                fit.step(data)
+    finally:
+        gverl.detach()
+    records = read_jsonl(tmp_path / "m.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert "trainer_metrics" not in records[0]  # step 0's data metrics come after its report
+    for record in records[1:]:
+        rows = {r["key"]: r for r in record["trainer_metrics"]}
+        assert {r["of_step"] for r in rows.values()} == {record["step"] - 1}
+        assert {"critic/score/mean", "critic/advantages/mean", "response_length/mean",
+                "response_length/clip_ratio"} <= set(rows)
+        flagged = {k for k, r in rows.items() if r["cause"]}
+        assert flagged == ({"response_length/clip_ratio"} if cut_by_model_len else set())
+        messages = [v["message"] for v in record["violations"] if v["invariant"] == "trainer_metric"]
+        if cut_by_model_len:
+            (text,) = messages
+            assert f"at step {record['step'] - 1}, verl logged response_length/clip_ratio = 0.25" in text
+        else:
+            assert messages == []
