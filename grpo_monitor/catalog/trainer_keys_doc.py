@@ -20,8 +20,11 @@ comparison (`"trainer_metrics"` rows) and the report shows them in the table *Th
   `trainer._metrics["train"]` is paired with its exact value; when the trainer logs, its window
   (what `log()` averages) is compared. Micro-batch keys (`entropy`, `kl`, `clip_ratio/*`) are paired
   on one process only.
-- **verl**: `grpo_monitor.integrations.verl.audit_data_metrics(monitor, batch, metrics, eos_token_ids)`
-  with the step's `compute_data_metrics` output, before the monitor's step ends.
+- **verl**: automatic under `grpo_monitor.integrations.verl.attach`: `fit`'s `compute_data_metrics` is
+  wrapped; its values and the exact ones from the same DataProto (EOS ids from the trainer's tokenizer)
+  are audited in the next step's report, labelled with the step they belong to (`of_step`: verl computes
+  them after the update, when the monitor's step has ended at `compute_advantage`; the last step's have
+  no next report). By hand: `verl.audit_data_metrics(monitor, batch, metrics, eos_token_ids)`.
 - **Any trainer**: `monitor.audit_trainer_metrics(framework, logged, exact=None, world_size=,
   accumulation_steps=, windows=)`; keys whose exact counterpart is a monitor key are read from the step.
 - **Offline**: `grpo-monitor scan RECORDING --monitor-log monitor.jsonl` (docs/scan.md).
