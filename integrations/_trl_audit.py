@@ -52,8 +52,10 @@ def zero_std_share(groups: torch.Tensor) -> float:
 
 
 def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.Tensor,
-               ref: torch.Tensor | None, clips: torch.Tensor | None) -> dict[str, float]:
-    """The exact values of one micro-batch's loss keys (float64 token means; clips: low, high, region, tokens)."""
+               ref: torch.Tensor | None, clips: torch.Tensor | None, kl_weight: torch.Tensor | None = None
+               ) -> dict[str, float]:
+    """The exact values of one micro-batch's loss keys (float64 token means; clips: low, high, region, tokens;
+    ``kl_weight``: TRL's ``use_bias_correction_kl`` factor, the importance weight ``coef_1``)."""
     m = mask.double()
     n = float(m.sum())
     if n <= 0:
@@ -63,13 +65,23 @@ def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.
         out["entropy"] = float((entropies.detach().double() * m).sum()) / n
     if ref is not None:
         u = ref.detach().double() - logps.detach().double()
-        out["kl"] = float(((u.exp() - u - 1) * m).sum()) / n
+        k3 = u.exp() - u - 1
+        out["kl"] = float((k3 * (1.0 if kl_weight is None else kl_weight) * m).sum()) / n
     if clips is not None:
         low, high, region, tokens = clips.tolist()
         if tokens > 0:
             out.update({"clip_ratio/low_mean": low / tokens, "clip_ratio/high_mean": high / tokens,
                         "clip_ratio/region_mean": region / tokens})
     return out
+
+
+def importance_weight(logps: torch.Tensor, old: torch.Tensor | None, mask: torch.Tensor, level: str) -> torch.Tensor:
+    """TRL's ``coef_1`` in float64: ``exp(logp - old)`` per token, or per row of its masked mean (``"sequence"``)."""
+    log_ratio = logps.detach().double() - (logps.detach().double() if old is None else old.detach().double())
+    if level == "sequence":
+        m = mask.double()
+        return ((log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1.0)).exp().unsqueeze(-1)
+    return log_ratio.exp()
 
 
 class TRLAudit:

@@ -12,7 +12,13 @@ from typing import Any
 import torch
 
 from grpo_monitor.integrations._common import FailOpen, row_advantages
-from grpo_monitor.integrations._trl_audit import TRLAudit, loss_exact, rollout_exact, zero_std_share
+from grpo_monitor.integrations._trl_audit import (
+    TRLAudit,
+    importance_weight,
+    loss_exact,
+    rollout_exact,
+    zero_std_share,
+)
 from grpo_monitor.integrations._trl_settings import trl_rewards, trl_settings
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.stats.groups import group_reward_stats
@@ -255,9 +261,11 @@ class TRLHooks:
         mask = inputs["completion_mask"]
         if inputs.get("tool_mask") is not None:
             mask = mask * inputs["tool_mask"]
-        token_level = getattr(tr, "importance_sampling_level", "token") == "token"
-        clips = self._clips[-1] if self._clips and token_level else None
-        exact = loss_exact(mask, entropies, logps, inputs.get("ref_per_token_logps"), clips)
+        level = getattr(tr, "importance_sampling_level", "token")
+        clips = self._clips[-1] if self._clips and level == "token" else None
+        weight = (importance_weight(logps, inputs.get("old_per_token_logps"), mask, level)
+                  if getattr(tr.args, "use_bias_correction_kl", False) else None)
+        exact = loss_exact(mask, entropies, logps, inputs.get("ref_per_token_logps"), clips, weight)
         self.audit.pair(before, exact, self._step())
 
     def audit_window(self) -> None:

@@ -111,7 +111,9 @@ _RECORDS: tuple[TrainerKey, ...] = (
        "reduced over ranks), then the flat mean over the window's micro-batches; exact: the mean over optimizer "
        "steps of each step's mean of micro-batch token means", TRL + "::_compute_loss", causes=_TRL_LOSS,
        scan="grpo/entropy/mean"),
-    _k("TRL", "kl", "exact", "as entropy, of k3 = exp(ref - logp) - (ref - logp) - 1 (beta != 0)",
+    _k("TRL", "kl", "exact", "as entropy, of k3 = exp(ref - logp) - (ref - logp) - 1 (beta != 0), times the "
+       "importance weight coef_1 = exp(logp - old) (per token, or per row under importance_sampling_level="
+       "'sequence') when use_bias_correction_kl (the default)",
        TRL + "::_compute_loss", causes=_TRL_LOSS),
     *(_k("TRL", f"clip_ratio/{side}_mean", "exact", f"as entropy, of the {what} indicator (token-level ratio "
          "exp(logp - old))", TRL + "::_compute_loss", causes=_TRL_LOSS)
