@@ -71,3 +71,13 @@ def test_uneven_accumulation_window_is_flagged(tiny_model_path, tmp_path):
     row = rows[0]
     assert row["cause"] == "micro_batch_averaging"
     assert row["trainer"] == pytest.approx(logs[-1]["entropy"])
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_off_policy_micro_steps_are_quiet(level, tiny_model_path, tmp_path):
+    """steps_per_generation 2: the second micro-step runs after an update (importance weights != 1, TRL's kl with
+    its bias correction, clip ratios); every audited key agrees, at token and at sequence level."""
+    reports, _ = _run(tiny_model_path, tmp_path, steps_per_generation=2, importance_sampling_level=level,
+                      per_device_train_batch_size=4, max_steps=2)
+    rows = _audited(reports)
+    assert "kl" in {r["key"] for r in rows} and [r for r in rows if r["cause"]] == []
