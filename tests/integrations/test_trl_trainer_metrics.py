@@ -69,6 +69,7 @@ def test_uneven_accumulation_window_is_flagged(tiny_model_path, tmp_path):
     rows = [r for r in _audited(reports) if r["key"] == "entropy"]
     assert len(rows) == 1
     row = rows[0]
+    print(f"\nuneven window: TRL {row['trainer']:.7g}, exact {row['exact']:.7g}")
     assert row["cause"] == "micro_batch_averaging"
     assert row["trainer"] == pytest.approx(logs[-1]["entropy"])
 
