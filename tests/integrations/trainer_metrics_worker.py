@@ -1,10 +1,13 @@
 """One gloo rank of the trainer-metric audit: SkyRL's entropy reduction over this rank's shard, audited.
 
 ``python trainer_metrics_worker.py <uneven|equal> <outdir>`` under ``dist_helpers.run_ranks``. The reduction is
-SkyRL's (NovaSky-AI/SkyRL@4d8da74, skyrl/backends/skyrl_train/workers/worker.py): a masked mean per micro-batch
-(L943), the mean over micro-batches (``reduce_metrics``, L1077), then ``all_reduce_metrics`` averaging the ranks'
-values (L1079) — gloo has no AVG, so SUM / world, the same number. Issue #1822's example: one shard of 1 token
-at entropy 1.0, one of 100 tokens at 2.0 logs 1.5 where the global token mean is 201/101 = 1.99.
+SkyRL's (NovaSky-AI/SkyRL@4d8da74, skyrl/backends/skyrl_train/workers/worker.py: a masked mean per micro-batch,
+L943; ``worker_utils.reduce_metrics``, L1077: the mean over micro-batches; ``worker_utils.all_reduce_metrics``,
+L1079: ``strategy.all_reduce(op="mean")``, which divides by the world size and all-reduces a SUM). The installed
+skyrl 0.3.0 (its framework venv) has the same three functions, but ``DistributedStrategy.all_reduce`` moves a CPU
+tensor to CUDA first, so it cannot run on these CPU gloo ranks: its arithmetic is mirrored here line for line.
+Issue #1822's example: one shard of 1 token at entropy 1.0, one of 100 tokens at 2.0 logs 1.5 where the global
+token mean is 201/101 = 1.99.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ SHARDS = {"uneven": ((1, 1.0), (100, 2.0)), "equal": ((50, 1.0), (50, 2.0))}  # 
 
 def skyrl_policy_entropy(micro_batches: list[tuple[torch.Tensor, torch.Tensor]], world: int) -> float:
     """SkyRL's logged ``policy_entropy``: masked mean per micro-batch, mean over them, mean over ranks."""
-    per_micro = [float((e * m).sum() / m.sum()) for e, m in micro_batches]
-    local = torch.tensor(sum(per_micro) / len(per_micro), dtype=torch.float64)
+    per_micro = [float((e * m).sum() / m.sum()) for e, m in micro_batches]  # worker.py L943
+    local = torch.Tensor([sum(per_micro) / len(per_micro)])  # reduce_metrics: the mean over micro-batches
+    local /= world  # strategy.all_reduce(op="mean"): divide, then all-reduce a SUM
     dist.all_reduce(local, op=dist.ReduceOp.SUM)
-    return float(local) / world
+    return float(local)
 
 
 def main() -> None:
