@@ -8,8 +8,8 @@ A step, top to bottom (``end_step``):
 4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
 5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
 
-With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own rollout at once, so a
-broken batch never reaches the optimizer; on a breach it finishes the step there (3-5, with a local sync of the rest).
+With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own rollout at once, so a broken
+batch never reaches the optimizer; on a breach it finishes the step there (3-5, with a local sync of the rest).
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from .step.distributed import rank_and_world
 from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
+from .step.trainer_audit import AuditsTrainerMetrics, TrainerAudit
 from .step.weights import LossWeights
 from .violations import InvariantViolation, Violation
 
 
-class GRPOMonitor(NotCopyable):
+class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     """Watches a GRPO run: call ``observe_rollout`` / ``observe_loss`` during a step, then ``end_step``.
 
     >>> import torch
@@ -69,8 +70,8 @@ class GRPOMonitor(NotCopyable):
         self._guard = Faults()  # the monitor's own faults: parts switched off, streaks (guard.py)
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
-        self._extra: dict[str, float] = {}  # add_metrics() of the current step
-        self._weights = LossWeights()  # the loss's token weights: the step's rows, the rollout they index
+        self._extra: dict[str, float] = {}  # add_metrics() of the current step; _audit: audit_trainer_metrics()
+        self._weights, self._audit = LossWeights(), TrainerAudit()  # the loss's token weights; the step's audit
         self._steps_ended = 0  # steps reported by this monitor (close() says when end_step was never called)
         self._integration: tuple[str, dict[str, Any]] | None = None  # declare_integration()
         self._run_record_due = True  # the next report carries the run record (report.run)
@@ -82,14 +83,13 @@ class GRPOMonitor(NotCopyable):
                         reward_weights: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
-        ``lengths`` (token counts per row, optional) lets the check replay estimators that
-        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
-        lengths of rows above and below their group's mean reward. ``truncated`` (bool per
-        row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
-        when that is set) gives ``grpo/rows/truncated_rate``. ``reward_components`` ``(B, G, K)`` (one column per reward
-        function) and ``reward_weights`` ``(K,)`` let it replay multi-reward estimators
-        (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward per row. An empty batch
-        (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
+        ``lengths`` (token counts per row, optional) lets the check replay estimators that whiten advantages over
+        tokens (AReaL, REINFORCE++ baseline) exactly, and gives the lengths of rows above and below their group's mean
+        reward. ``truncated`` (bool per row: cut at the length limit; else ``lengths >=
+        MonitorConfig.max_response_length`` when that is set) gives ``grpo/rows/truncated_rate``.
+        ``reward_components`` ``(B, G, K)`` (one column per reward function) and ``reward_weights`` ``(K,)`` let it
+        replay multi-reward estimators (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward
+        per row. An empty batch (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
         under the ``"raise"`` policy raises here.
         """
         got = observe.rollout_input(self.config, rewards, group_ids=group_ids, advantages=advantages,
@@ -120,14 +120,13 @@ class GRPOMonitor(NotCopyable):
                      entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
-        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
-        generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
-        ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
-        ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
-        computed from ``logprobs`` with grad) makes the monitor measure each token's weight
-        ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
-        untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each
-        row's index into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
+        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it generated
+        (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``); ``entropy``: the trainer's per-token
+        entropies (``grpo/entropy/*``). ``loss`` (the scalar the trainer calls ``backward()`` on, or this
+        micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's weight
+        ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are untouched);
+        without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest
+        ``observe_rollout``'s rows (flat order), for the per-group weights.
         """
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
@@ -164,17 +163,17 @@ class GRPOMonitor(NotCopyable):
     def add_metrics(self, metrics: dict[str, float]) -> None:
         """Host-side scalars for this step's report (e.g. an integration's comparison with its trainer).
 
-        Keys are non-empty strings outside the monitor's own sections (``grpo/groups/``,
-        ``grpo/adv/``, ... see ``catalog.metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours),
-        values finite numbers; anything else raises ``InputValueError``/``InputTypeError``.
+        Keys are non-empty strings outside the monitor's own sections (``grpo/groups/``, ``grpo/adv/``, ... see
+        ``catalog.metrics.MONITOR_SECTIONS``; ``grpo/user/...`` is yours), values finite numbers; anything else raises
+        ``InputValueError``/``InputTypeError``.
         """
         self._extra.update(inputs.user_metrics(metrics))
 
     @locked
     def _add_recorded(self, metrics: dict[str, float]) -> None:
-        """Values a trainer recorded for the monitor's own keys (``grpo-monitor scan`` reading a run's logged
-        metrics, :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values
-        first. Finite numbers only; not for user code (``add_metrics`` is)."""
+        """Values a trainer recorded for the monitor's own keys (``grpo-monitor scan`` reading a run's logged metrics,
+        :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values first. Finite
+        numbers only; not for user code (``add_metrics`` is)."""
         for key, value in metrics.items():
             self._extra[key] = inputs.finite_number(key, value)
 
@@ -205,8 +204,8 @@ class GRPOMonitor(NotCopyable):
     def _check(self, synced: SyncedStep) -> list[Violation]:
         """The invariants of what ``synced`` holds (:mod:`~grpo_monitor.step.checks` decides what counts).
 
-        The checks are pure and return data; applied here: the run's estimator lock narrows
-        (``RunState.estimator``), the judgement is kept for the report, the checked slice marked.
+        The checks are pure and return data; applied here: the run's estimator lock narrows (``RunState.estimator``),
+        the judgement is kept for the report, the checked slice marked.
         """
         found: list[Violation] = []
         if synced.has_rollout:
@@ -253,8 +252,8 @@ class GRPOMonitor(NotCopyable):
     def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
         """Steps 3-4: the run state's update and the assembled report.
 
-        Neither is checking: a fault here (a metric, the question history) is logged
-        (traceback once) and counted, and the report keeps the step's violations.
+        Neither is checking: a fault here (a metric, the question history) is logged (traceback once) and counted, and
+        the report keeps the step's violations.
         """
         acc = self._acc
         rollout = ROLLOUT.to_dict(acc.rollout_checked.tolist()) if acc.rollout_checked is not None else None
@@ -271,6 +270,7 @@ class GRPOMonitor(NotCopyable):
         report.histograms.update(self._weights.histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
         report.metrics.update(self._guard.health(self.sinks.dropped()))
+        self._record(guarded_part(self, "trainer_metrics", self._audit.apply, report, acc.violations) or [])
         if self._run_record_due:
             report.run, self._run_record_due = self.run_record(), False
         return report
@@ -282,7 +282,7 @@ class GRPOMonitor(NotCopyable):
         self._guard.retried.clear()
         self.step = report.step + 1
         self._acc = Accumulator()
-        self._extra = {}
+        self._extra, self._audit = {}, TrainerAudit()
         self._weights.end_step()
 
     # ----------------------------------------------------------- fail-open
@@ -314,8 +314,8 @@ class GRPOMonitor(NotCopyable):
     def close(self) -> None:
         """Finish every sink (flushing what they still queue). A second ``close()`` does nothing.
 
-        After it, every observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError``
-        (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
+        After it, every observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError`` (a ``RuntimeError``)
+        naming the call; ``state_dict()`` still works.
         """
         with self._lock:
             if not self.closed and self._unfinished():
@@ -342,9 +342,9 @@ class GRPOMonitor(NotCopyable):
         self.sinks.finish(failed=failed)
 
     def reopen(self) -> None:
-        """Start a new segment after ``close()`` with the same sinks (they reopen their backends
-        on first use: JSONL appends, W&B opens or attaches a run). The HF integration calls it
-        when ``train()`` starts again on the same trainer."""
+        """Start a new segment after ``close()`` with the same sinks (they reopen their backends on first use: JSONL
+        appends, W&B opens or attaches a run). The HF integration calls it when ``train()`` starts again on the same
+        trainer."""
         with self._lock:
             self.closed, self._closed_by = False, None
             self._run_record_due = True
@@ -375,8 +375,8 @@ class GRPOMonitor(NotCopyable):
     def state_dict(self) -> dict[str, Any]:
         """Step counter, estimator lock, per-question history, ledger totals and violation counts.
 
-        Plain Python values only (question ids given as numpy or torch scalars are converted),
-        so ``json.dumps`` and ``torch.load(weights_only=True)`` take it.
+        Plain Python values only (question ids given as numpy or torch scalars are converted), so ``json.dumps`` and
+        ``torch.load(weights_only=True)`` take it.
         """
         with self._lock:
             return {"step": self.step, **self._run.state_dict()}
@@ -384,8 +384,8 @@ class GRPOMonitor(NotCopyable):
     def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
         """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
 
-        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`);
-        a state of another declared group size or estimator is refused unless ``allow_config_change``.
+        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`); a state
+        of another declared group size or estimator is refused unless ``allow_config_change``.
         """
         with self._lock:
             saved = validate_state(state)

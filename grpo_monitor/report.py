@@ -30,6 +30,9 @@ class StepReport:
     #: The run record, on the first report of a monitor (and after a re-declaration or a reopen):
     #: ``{"integration": "trl" | "verl" | ... | "api", "settings": {...}, "config": MonitorConfig fields}``.
     run: dict[str, Any] | None = None
+    #: The trainer's own logged values against the exact ones, one row per audited key
+    #: (``GRPOMonitor.audit_trainer_metrics``; ``grpo_monitor.step.trainer_audit.AuditRow``).
+    trainer_metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     @property
     def estimator(self) -> str | None:
@@ -47,4 +50,5 @@ class StepReport:
             "histograms": self.histograms,
             "flagged_questions": [str(q) for q in self.flagged_questions],
             **({"run": self.run} if self.run is not None else {}),
+            **({"trainer_metrics": self.trainer_metrics} if self.trainer_metrics else {}),
         }

@@ -12,6 +12,13 @@ from typing import Any
 import torch
 
 from grpo_monitor.integrations._common import FailOpen, row_advantages
+from grpo_monitor.integrations._trl_audit import (
+    TRLAudit,
+    importance_weight,
+    loss_exact,
+    rollout_exact,
+    zero_std_share,
+)
 from grpo_monitor.integrations._trl_settings import trl_rewards, trl_settings
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.stats.groups import group_reward_stats
@@ -44,6 +51,7 @@ class TRLHooks:
         self._seen: tuple[dict, torch.Tensor, torch.Tensor | None] | None = None
         self._zero_std: list[tuple[float, torch.Tensor]] = []  # (TRL's value, monitor's degenerate rate)
         self._clips: list[torch.Tensor] = []  # per micro-batch: (low, high, region, tokens) clipped-token sums
+        self.audit = TRLAudit(trainer)  # TRL's own logged entries, paired with their exact values
 
     # ------------------------------------------------------------- install
     @property
@@ -89,16 +97,16 @@ class TRLHooks:
     def _wrap_generate(self, original):
         def wrapper(*args, **kwargs):
             self._rewards_per_func = None
-            logged = len(self.trainer._metrics["train"].get("frac_reward_zero_std", ()))
+            before = self.audit.counts()
             out = original(*args, **kwargs)
             if self._training():
-                self.guard(self._observe_rollout, out, logged)
+                self.guard(self._observe_rollout, out, before)
                 self.guard(self._tag_rows, out)
             return out
 
         return wrapper
 
-    def _observe_rollout(self, out: dict, logged: int) -> None:
+    def _observe_rollout(self, out: dict, before: dict[str, int]) -> None:
         rpf = self._rewards_per_func
         if rpf is None:
             raise RuntimeError("no rewards were captured: _generate_and_score_completions did not call "
@@ -109,19 +117,37 @@ class TRLHooks:
         rewards = trl_rewards(rpf, tr.reward_weights, g, aggregation)
         local = row_advantages(out["advantages"].detach(), out["completion_mask"])  # (B, T): a subclass's
         advantages = tr.accelerator.gather(local.contiguous()) if tr.accelerator.num_processes > 1 else local
-        self._compare_zero_std(rewards, g, logged)
-        step = int(getattr(getattr(tr, "state", None), "global_step", 0)) + 1  # the step on_step_end will report
+        self._compare_zero_std(rewards, g, before.get("frac_reward_zero_std", 0))
+        step = self._step()
         if step > self.monitor.step:
             self.monitor.step = step  # a breach raised here is labelled with TRL's step number
         cut, lengths = self._truncation(out)
         if tr.accelerator.num_processes > 1:
             cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
+        exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths)
+        exact.pop("frac_reward_zero_std", None)
+        if getattr(tr, "scale_rewards", "group") != "batch" and aggregation == "sum_then_normalize":  # else TRL
+            exact["frac_reward_zero_std"] = zero_std_share(rewards.double().view(-1, g))  # tests the batch's std
+        self.audit.pair(before, exact, step)
         components = {}
         if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay
             components = dict(reward_components=rpf.to(rewards.device),
                               reward_weights=tr.reward_weights.detach().to(rewards.device))
         self.monitor.observe_rollout(rewards, advantages=advantages, question_ids=self._question_ids(len(rewards)),
                                      lengths=lengths, truncated=cut, **components)
+
+    def _step(self) -> int:
+        """The step ``on_step_end`` will report (TRL's ``global_step`` + 1)."""
+        return int(getattr(getattr(self.trainer, "state", None), "global_step", 0)) + 1
+
+    def _logged_rewards(self, rpf: torch.Tensor) -> torch.Tensor:
+        """The rewards TRL's ``reward``/``reward_std`` are taken over: the weighted nansum per row, NaN on rows
+        every function left unscored (whatever ``multi_objective_aggregation`` does to the advantages)."""
+        w = self.trainer.reward_weights.to(rpf.device).double()
+        r = (rpf.double() * w.unsqueeze(0)).nansum(dim=1) if rpf.dim() == 2 else rpf.double()
+        if rpf.dim() == 2:
+            r[torch.isnan(rpf).all(dim=1)] = float("nan")
+        return r
 
     def _truncation(self, out: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """TRL's own test (``is_truncated``: a row whose last completion id is neither EOS nor pad, i.e. cut
@@ -183,11 +209,13 @@ class TRLHooks:
             inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
             self._loss_inputs = inputs if self._training() and isinstance(inputs, dict) else None
             self._seen = None
+            before = self.audit.counts()
             try:
                 loss = original(*args, **kwargs)
                 seen, self._seen = self._seen, None
                 if seen is not None:
                     self.guard(self._observe_loss, seen[0], seen[1], loss, seen[2])
+                    self.guard(self._pair_loss, seen[0], seen[1], seen[2], before)
                 return loss
             finally:
                 self._loss_inputs, self._seen = None, None
@@ -223,6 +251,31 @@ class TRLHooks:
         )
         self._clips.append(self._region_clips(mask, inputs["advantages"], logps.detach(),
                                               inputs.get("old_per_token_logps")))
+
+    def _pair_loss(self, inputs: dict, logps: torch.Tensor, entropies: torch.Tensor | None,
+                   before: dict[str, int]) -> None:
+        """Pair the micro-batch entries TRL just appended (one process: its token means are this batch's)."""
+        tr = self.trainer
+        if tr.accelerator.num_processes > 1:
+            return
+        mask = inputs["completion_mask"]
+        if inputs.get("tool_mask") is not None:
+            mask = mask * inputs["tool_mask"]
+        level = getattr(tr, "importance_sampling_level", "token")
+        clips = self._clips[-1] if self._clips and level == "token" else None
+        weight = (importance_weight(logps, inputs.get("old_per_token_logps"), mask, level)
+                  if getattr(tr.args, "use_bias_correction_kl", False) else None)
+        exact = loss_exact(mask, entropies, logps, inputs.get("ref_per_token_logps"), clips, weight)
+        self.audit.pair(before, exact, self._step())
+
+    def audit_window(self) -> None:
+        """When the trainer logs this step: its window's values against the exact ones (``trainer_metric``)."""
+        logged, exact, windows = self.audit.window()
+        if logged:
+            tr = self.trainer
+            self.monitor.audit_trainer_metrics("TRL", logged, exact, world_size=int(tr.accelerator.num_processes),
+                                               accumulation_steps=int(tr.args.gradient_accumulation_steps),
+                                               windows=windows)
 
     def _region_clips(self, mask: torch.Tensor, advantages: torch.Tensor, logps: torch.Tensor,
                       old: torch.Tensor | None) -> torch.Tensor:

@@ -104,6 +104,8 @@ class GRPOMonitorCallback(MonitorCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.monitor is not None:
+            if self.hooks is not None and control.should_log and not self.monitor.closed:
+                self.hooks.guard(self.hooks.audit_window)  # TRL's log() of this step averages what it holds now
             super().on_step_end(args, state, control, **kwargs)
 
     def on_train_end(self, args, state, control, **kwargs):

@@ -67,6 +67,7 @@ from grpo_monitor.integrations._common import outcome_only, row_advantages
 from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
 from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.integrations._lookup import module_references, trainer_setting
+from grpo_monitor.integrations._verl_audit import audit_data_metrics, data_metrics_exact, patch_data_metrics  # noqa: F401
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
@@ -185,6 +186,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
         state.patch_with(module, name, wrapper)
     if kl:
         _patch_kl(state)
+    patch_data_metrics(state)
     return _SLOT.claim(state)
 
 
@@ -363,3 +365,4 @@ def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:
     loss = {"mask": mask, **{ours: batch[theirs] for theirs, ours in names.items() if theirs in keys}}
     lengths = mask.sum(-1)
     return {"loss": loss, "rollout": {"lengths": lengths, "truncated": lengths == width}}
+

@@ -119,7 +119,11 @@ def breach_run() -> list[StepReport]:
         r3 = torch.tensor([[1.0, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1]])
         scale = torch.tensor([[1.0], [2.0], [3.0]])  # one positive scale per group, no rule: an unknown estimator
         unknown.observe_rollout(r3, advantages=scale * (r3 - r3.mean(1, keepdim=True)))
-        return reports + [passk.end_step(), weights.end_step(), unknown.end_step()]  # weights: a row mean as token_mean
+        audited = GRPOMonitor(MonitorConfig(group_size=G, on_violation="warn"))  # a trainer's dashboard off
+        audited.observe_rollout(r, advantages=advantages(r, "population", 1e-4))
+        audited.audit_trainer_metrics("TRL", {"frac_reward_zero_std": 0.5})  # exact: 0.0
+        return reports + [passk.end_step(), weights.end_step(), unknown.end_step(),  # weights: a row mean as
+                          audited.end_step()]  # token_mean
 
 
 def _demo(tmp_path_factory, name: str, bug: str | None = None, **config) -> list[dict]:

@@ -71,9 +71,16 @@ def _invariants_markdown() -> str:
     return render_invariants()
 
 
+def _trainer_keys_markdown() -> str:
+    from .trainer_keys_doc import render_markdown as render_trainer_keys
+
+    return render_trainer_keys()
+
+
 #: Every generated document: path relative to the repository root -> its renderer.
 GENERATED: dict[Path, Callable[[], str]] = {DOCS_PATH: render_markdown,
-                                            Path("docs") / "invariants.md": _invariants_markdown}
+                                            Path("docs") / "invariants.md": _invariants_markdown,
+                                            Path("docs") / "trainer_metrics.md": _trainer_keys_markdown}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

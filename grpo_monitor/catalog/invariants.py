@@ -153,6 +153,13 @@ _RECORDS = (
               "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "
               "micro-batch's tokens instead of the step's, gradient accumulation not divided out, or an extra "
               "per-token factor", "tokens", "loss_aggregation", "error", _loss_aggregation),
+    Invariant("trainer_metric", "the trainer's own logged metrics equal the monitor's exact values of the same "
+              "quantities, within each key's documented tolerance",
+              "the trainer's dashboard reduces the value differently (the finding names the likely cause: mean of "
+              "per-rank means, float32 zero-std test, per-micro-batch averaging, accumulation scaling, a sum over "
+              "data-parallel ranks, a cap the clip ratio misses, an off-by-one window); the update is right, the "
+              "dashboard is not", "steps", None, "warning",
+              lambda cfg: "|trainer - exact| <= atol + rtol |exact| per key (docs/trainer_metrics.md)"),
 )
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).

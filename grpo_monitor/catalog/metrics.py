@@ -58,7 +58,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Mismatch", ("grpo/mismatch/",)),
     ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
-    ("Invariants", ("grpo/invariants/", "grpo/violations")),
+    ("Invariants", ("grpo/invariants/", "grpo/violations", "grpo/trainer_metrics/")),
     ("Tokens", ("grpo/tokens/",)),
     ("Weights", ("grpo/weights/",)),
     ("Monitor", ("grpo/monitor/", "grpo/config")),
@@ -247,6 +247,10 @@ def _invariants() -> list[Metric]:
         *per,
         _m("grpo/violations", "markdown", CHECKS, "one entry per step with violations", "The step's violation "
            "messages as markdown text (TensorBoard).", kind="text", only_when="the step has violations", **inv),
+        _m("grpo/trainer_metrics/mismatched", "keys", "host-side count after the sync", "sum", "Trainer-logged "
+           "keys whose value is off the exact value of the same step beyond their tolerance (one trainer_metric "
+           "warning each; docs/trainer_metrics.md).", only_when="the trainer's values were audited this step "
+           "(an integration or audit_trainer_metrics)", **inv),
     ]
 
 

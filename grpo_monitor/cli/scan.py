@@ -45,6 +45,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
                         "logger JSONL): the sampler-side keys it holds (TRL sampling/*, verl rollout_corr/*, "
                         "NeMo-RL token_mult_prob_error, entropy, truncation) are reported under grpo/mismatch/, "
                         "grpo/entropy/, grpo/rows/; a TRL W&B run scanned for its tables is read for them by itself")
+    parser.add_argument("--monitor-log", default=None, metavar="LOG",
+                        help="a grpo-monitor JSONL log of the same run: PATH is then the trainer's recording (an "
+                        "offline W&B run, TensorBoard events, verl's file logger JSONL), and its own metrics are "
+                        "compared step by step with the log's exact values (docs/trainer_metrics.md); no scan")
     parser.add_argument("--out", default=None, help="output folder (default: ./scan-<name of PATH>)")
     parser.add_argument("--overwrite", action="store_true", help="replace the outputs of an earlier scan in --out")
     parser.add_argument("--fail-on-error", action="store_true",
@@ -68,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     from ..reporting.facts import plural
     from ..scan import format_summary, parse_columns, scan_rollouts
 
+    if args.monitor_log is not None:
+        return _audit(args)
     try:
         with read_limits(args):
             result = scan_rollouts(
@@ -83,3 +89,17 @@ def run(args: argparse.Namespace) -> int:
         print(printable(f"grpo-monitor scan: {plural(result.errors, 'invariant')} broken with error severity; see "
                         f"{result.log}"))
     return 1 if args.fail_on_error and result.errors else 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    """``--monitor-log``: the trainer's recording at ``path`` against the monitor's log; the findings printed."""
+    from ..files.reading import InputFileError
+    from ..scan.trainer_audit import audit_recording, format_audit
+
+    try:
+        with read_limits(args):
+            rows = audit_recording(args.path, args.monitor_log)
+    except (InputFileError, OSError) as exc:
+        return fail("scan", exc)
+    print(printable(format_audit(rows)))
+    return 0

@@ -69,6 +69,8 @@ class RunData:
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: What the report did with a log whose steps go back (a resume into the same log, two writers); '' when none.
     segments_note: str = ""
+    #: The trainer's own logged values against the exact ones (``StepReport.trainer_metrics``), with their step.
+    trainer_metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -159,7 +161,9 @@ def load_run(run: str | os.PathLike) -> RunData:
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
         conventions=[records[s].get("convention") for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
-        run=run_record, segments_note=_segments_note(lines),
+        run=run_record, segments_note=_segments_note(lines), trainer_metrics=[{**row, "step": int(s) if row.get("of_step") is None else row["of_step"]}
+                                         for s in steps for row in records[s].get("trainer_metrics") or []
+                                         if isinstance(row, dict)],
     )
 
 

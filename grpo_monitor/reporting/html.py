@@ -152,6 +152,33 @@ def violations_table(run: RunData, limit: int = 50) -> str:
     return f'<table id="violations">{head}{"".join(rows)}</table>{more}'
 
 
+def trainer_metrics_block(run: RunData) -> list[str]:
+    """The trainer's own numbers: per audited key over the run, its value against the exact one (none: nothing)."""
+    by_key: dict[tuple[str, str], list[dict]] = {}
+    for row in run.trainer_metrics:
+        by_key.setdefault((str(row.get("framework")), str(row.get("key"))), []).append(row)
+    if not by_key:
+        return []
+    head = ("<tr><th>framework</th><th>key</th><th>steps</th><th>off</th><th>last trainer</th><th>last exact</th>"
+            "<th>largest |gap|</th><th>causes</th></tr>")
+    rows = []
+    for (framework, key), seen in by_key.items():
+        off = [r for r in seen if r.get("cause")]
+        gap = max(abs(_num(r.get("trainer")) - _num(r.get("exact"))) for r in seen)
+        causes = ", ".join(sorted({str(r["cause"]) for r in off})) or "&ndash;"
+        rows.append(f"<tr><td>{_esc(framework)}</td><td><code>{_esc(key)}</code></td><td class=num>{len(seen)}</td>"
+                    f"<td class=num>{len(off)}</td><td class=num>{_num(seen[-1].get('trainer')):.6g}</td>"
+                    f"<td class=num>{_num(seen[-1].get('exact')):.6g}</td><td class=num>{gap:.3g}</td>"
+                    f"<td>{causes}</td></tr>")
+    note = ("<p>What the trainer logged against the monitor's exact value of the same step (docs/trainer_metrics.md)"
+            "; a key off beyond its tolerance is a <code>trainer_metric</code> warning.</p>")
+    return ["<h2>The trainer's own numbers</h2>", note, f'<table id="trainer-metrics">{head}{"".join(rows)}</table>']
+
+
+def _num(value: object) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+
+
 def figure_block(name: str, title: str, caption: str, png: bytes) -> str:
     data = base64.b64encode(png).decode("ascii")
     return (f'<figure id="fig-{_esc(name)}"><img alt="{_esc(title)}" src="data:image/png;base64,{data}">'
@@ -200,7 +227,8 @@ def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], no
         f"&middot; generated {when}"
         + (f"<br>{_esc(meta)}" if meta else "") + "</div>",
         status_block(run), segments_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
-        "<h2>Violations</h2>", violations_table(run), "<h2>Where else to look</h2>", where_block(run),
+        "<h2>Violations</h2>", violations_table(run), *trainer_metrics_block(run),
+        "<h2>Where else to look</h2>", where_block(run),
         "<h2>Figures</h2>",
     ]
     parts += [figure_block(*fig) for fig in figures]

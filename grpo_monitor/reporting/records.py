@@ -205,4 +205,5 @@ _FIELDS: dict[str, tuple[bool, Callable[[Any], Problem]]] = {
     "histograms": (False, _check_histograms),
     "flagged_questions": (False, _check_type(list, "an array of question ids")),
     "run": (False, _check_type(dict, "the run record (an object: integration, settings, config)")),
+    "trainer_metrics": (False, _check_type(list, "an array of trainer-metric rows (framework, key, trainer, exact)")),
 }

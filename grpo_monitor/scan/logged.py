@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..catalog.trainer_keys import NO_COUNTERPART, TRAINER_KEYS
 from ..files.reading import InputFileError, check_regular, loads, open_input, read_input, read_text_blocks
 from ..reporting.facts import plural
 from .columns import ScanInputError, describe
@@ -38,36 +39,13 @@ class LoggedKey:
     note: str
 
 
-LOGGED_KEYS: tuple[LoggedKey, ...] = (
-    LoggedKey("TRL", "sampling/sampling_logp_difference/mean", "grpo/mismatch/abs_diff_mean",
-              "mean |old_per_token_logps − sampling_per_token_logps| over valid tokens (TRL averages the ranks' "
-              "means: equal when the ranks hold equal token counts)"),
-    LoggedKey("TRL", "sampling/sampling_logp_difference/max", "grpo/mismatch/abs_diff_max",
-              "max |old_per_token_logps − sampling_per_token_logps| over valid tokens and ranks"),
-    LoggedKey("TRL", "entropy", "grpo/entropy/mean",
-              "masked mean of the trainer's per-token entropies (averaged over the logging window's micro-batches)"),
-    LoggedKey("TRL", "completions/clipped_ratio", "grpo/rows/truncated_rate",
-              "share of completions that end without EOS (cut at max_completion_length)"),
-    LoggedKey("verl", "rollout_corr/kl", "grpo/mismatch/k1_mean",
-              "masked mean of rollout_log_probs − old_log_probs = mean of −Delta (same sign)"),
-    LoggedKey("verl", "rollout_corr/k3_kl", "grpo/mismatch/k3_mean",
-              "masked mean of exp(u) − u − 1 with u = old_log_probs − rollout_log_probs = Delta"),
-    LoggedKey("verl", "response_length/clip_ratio", "grpo/rows/truncated_rate",
-              "share of responses whose length equals max_response_length"),
-    LoggedKey("verl", "actor/entropy", "grpo/entropy/mean",
-              "the actor's entropy aggregated with its loss_agg_mode (equal under token-mean over equal "
-              "micro-batches)"),
-    LoggedKey("NeMo-RL", "token_mult_prob_error", "grpo/mismatch/mult_prob_error",
-              "masked mean of exp|generation_logprobs − prev_logprobs| over valid tokens"),
-)
+#: One entry per framework key a scan reports under a monitor key: derived from the one mapping table,
+#: :data:`grpo_monitor.catalog.trainer_keys.TRAINER_KEYS` (records with a ``scan_key``).
+LOGGED_KEYS: tuple[LoggedKey, ...] = tuple(LoggedKey(k.framework, k.key, k.scan_key, k.transform)
+                                           for k in TRAINER_KEYS.values() if k.scan_key)
 
 #: Framework keys read but not mapped, and why (they stay in the trainer's own dashboards).
-NOT_MAPPED: dict[str, str] = {
-    "sampling/importance_sampling_ratio/*": "TRL logs the ratio after truncation or masking (and per sequence in "
-                                            "the sequence modes), not the raw token weight exp(Delta)",
-    "rollout_corr/rollout_is_*": "verl's importance weights after truncation or rejection",
-    "gen_kl_error": "NeMo-RL's KL of the configured reference_policy_kl_type (k3_mean only when it is k3)",
-}
+NOT_MAPPED: dict[str, str] = NO_COUNTERPART
 
 _BY_SOURCE = {k.source: k for k in LOGGED_KEYS}
 #: What a logger puts before the framework's key (transformers' ``rewrite_logs``, NeMo-RL's logger).
@@ -102,32 +80,37 @@ class LoggedMetrics:
     def add(self, step: Any, tag: str, value: Any) -> None:
         """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
         infinite or a float-overflowing number is no measurement, as the W&B and TensorBoard readers see it)."""
-        entry, number, at = monitor_key(tag), _finite(value), _finite(step)
+        entry, number, at = self.lookup(tag), _finite(value), _finite(step)
         if entry is None or number is None or at is None:
             return
         self.found.setdefault(tag, entry)
         self.by_step.setdefault(int(at), {})[entry.key] = number
+
+    @staticmethod
+    def lookup(tag: str) -> LoggedKey | None:
+        """The mapping of a logged tag (:func:`monitor_key`; a subclass may map other keys)."""
+        return monitor_key(tag)
 
     def for_step(self, step: int) -> dict[str, float]:
         """The mapped values logged at ``step`` ({} when none)."""
         return self.by_step.get(step, {})
 
 
-def read_logged(path: str | Path) -> LoggedMetrics:
+def read_logged(path: str | Path, cls: type[LoggedMetrics] | None = None) -> LoggedMetrics:
     """The mapped sampler-side metrics of a recording at ``path``: an offline W&B run folder (or a folder
     holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log."""
-    p = Path(path)
+    p, cls = Path(path), cls or LoggedMetrics
     if not p.exists():
         raise ScanInputError(f"--metrics {p}: no such file or folder")
     run = _wandb_run(p) if p.is_dir() else None
     if run is not None:
-        return _from_wandb(run)
+        return _from_wandb(run, cls)
     events = [p] if p.is_file() and p.name.startswith("events.out.tfevents") else sorted(p.rglob(_EVENTS)) \
         if p.is_dir() else []
     if events:
-        return _from_tensorboard(p, events)
+        return _from_tensorboard(p, events, cls)
     if p.is_file():
-        return _from_jsonl(p)
+        return _from_jsonl(p, cls)
     raise ScanInputError(f"--metrics {p}: expected an offline W&B run folder (run-*.wandb), TensorBoard event files "
                          "(events.out.tfevents.*) or a JSON Lines metrics log, but found none of them")
 
@@ -144,7 +127,7 @@ def _wandb_run(path: Path) -> Path | None:
     return runs[0] if runs else None
 
 
-def _from_wandb(run: Path) -> LoggedMetrics:
+def _from_wandb(run: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
     from ..sinks.wandb_reader import history_rows, read_wandb_records
 
     wandb_file = sorted(run.glob("run-*.wandb"))[-1]
@@ -157,7 +140,7 @@ def _from_wandb(run: Path) -> LoggedMetrics:
         rows = history_rows(records)
     except ValueError as exc:  # a value too deep, out of range or not JSON (the text names the item)
         raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
-    out = LoggedMetrics(run, "wandb")
+    out = cls(run, "wandb")
     for row in rows:
         step = row.get("train/global_step", row.get("_step"))  # transformers logs the trainer's step beside
         for tag, value in _flat(row):
@@ -188,12 +171,12 @@ def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{key}", value
 
 
-def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
+def _from_tensorboard(root: Path, events: list[Path], cls: type[LoggedMetrics]) -> LoggedMetrics:
     """Every intact record of each event file (:mod:`.tfevents`); a damaged stretch is skipped with a note."""
     if importlib.util.find_spec("tensorboard") is None:
         raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
                              "(`pip install grpo-monitor[tensorboard]`)")
-    out = LoggedMetrics(root, "tensorboard")
+    out = cls(root, "tensorboard")
     for path in events:
         _read_event_file(path, root if root.is_dir() else None, out)
     return out
@@ -211,7 +194,7 @@ def _read_event_file(path: Path, folder: Path | None, out: LoggedMetrics) -> Non
         index, offset, body = item
         event = parse_event(body, path, index, offset)
         for value in event.summary.value:
-            if monitor_key(value.tag) is not None:
+            if out.lookup(value.tag) is not None:
                 out.add(event.step, value.tag, scalar(value, path, index, offset))
         if event.HasField("summary"):
             for damage, before in damaged:
@@ -220,9 +203,9 @@ def _read_event_file(path: Path, folder: Path | None, out: LoggedMetrics) -> Non
     out.notes += [lost_note(path, damage, before, None) for damage, before in damaged]
 
 
-def _from_jsonl(path: Path) -> LoggedMetrics:
+def _from_jsonl(path: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
     """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
-    out = LoggedMetrics(path, "jsonl")
+    out = cls(path, "jsonl")
     for number, raw in _lines(path):  # bounded: the line and file limits, linear in a long line
         try:
             record = loads(raw, f"--metrics {path}", number)  # too deep or out of range: worded
