@@ -161,9 +161,9 @@ def load_run(run: str | os.PathLike) -> RunData:
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
         conventions=[records[s].get("convention") for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
-        run=run_record, segments_note=_segments_note(lines), trainer_metrics=[{**row, "step": int(s) if row.get("of_step") is None else row["of_step"]}
-                                         for s in steps for row in records[s].get("trainer_metrics") or []
-                                         if isinstance(row, dict)],
+        run=run_record, segments_note=_segments_note(lines),
+        trainer_metrics=[{**row, "step": int(s) if row.get("of_step") is None else row["of_step"]}
+                         for s in steps for row in records[s].get("trainer_metrics") or [] if isinstance(row, dict)],
     )
 
 
