@@ -38,6 +38,7 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
+from .offpolicy_metrics import seq_ratio_entries
 from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 
@@ -54,7 +55,7 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
-    ("KL", ("grpo/kl/", "grpo/ratio/")),
+    ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
     ("Mismatch", ("grpo/mismatch/",)),
     ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
@@ -308,8 +309,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *entropy_entries(),
-               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations()]
+    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *seq_ratio_entries(), *mismatch_entries(),
+               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

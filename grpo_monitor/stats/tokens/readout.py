@@ -43,6 +43,8 @@ def token_metrics(stats: torch.Tensor | Sequence[float]) -> dict[str, float]:
         out.update({"grpo/kl/user_mean": mean, "grpo/kl/user_std": std})
     if v["ratio_tokens"] > 0:
         out["grpo/ratio/mean"] = 1.0 + v["ratio_m1_sum"] / v["ratio_tokens"]
+    if v["seq_rows"] > 0:
+        out.update(seq_ratio_metrics(v))
     if v["mm_tokens"] > 0:
         out.update(mismatch_metrics(v))
     if v["ent_tokens"] > 0:
@@ -68,6 +70,21 @@ def mismatch_metrics(v: dict[str, float]) -> dict[str, float]:
         "grpo/mismatch/seq_ratio_mean": w / rows if rows > 0 else math.nan,
         "grpo/mismatch/seq_ess": w * w / (rows * w2) if rows > 0 and w2 > 0 else math.nan,
     }
+
+
+def seq_ratio_metrics(v: dict[str, float]) -> dict[str, float]:
+    """``grpo/seq_ratio/{min,max,ess}`` from the slots of GSPO's sequence ratio w = exp(mean log ratio of a row)."""
+    rows, w, w2 = v["seq_rows"], v["seq_w_sum"], v["seq_w_sq_sum"]
+    return {
+        "grpo/seq_ratio/min": _exp_or_inf(v["seq_log_min"]),
+        "grpo/seq_ratio/max": _exp_or_inf(v["seq_log_max"]),
+        "grpo/seq_ratio/ess": w * w / (rows * w2) if w2 > 0 else math.nan,
+    }
+
+
+def _exp_or_inf(x: float) -> float:
+    """exp(x) in float64, inf past the overflow (NaN stays NaN)."""
+    return math.exp(x) if x < 709 else (x if math.isnan(x) else math.inf)
 
 
 def ratio_z(dev: float, var: float, n: float) -> float:

@@ -59,6 +59,7 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
         parts.update(_kl_rows(valid, cnt, u, k3))
     if lr is not None:
         parts.update(_ratio_rows(cnt, lr, x.clip_log, fast))
+        parts.update(_seq_ratio_rows(cnt, lr, x.clip_log, x.band_log))
     if kl is not None:
         parts.update(_user_rows(valid, cnt, kl, k3, x.clamp))
     sampler = None if x.sampler_logprobs is None else torch.where(valid, x.sampler_logprobs.to(cd), 0.0)
@@ -143,6 +144,21 @@ def _ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, floa
     return {
         "ratio_tokens": cnt, "ratio_m1_sum": m1.sum(1), "ratio_clipped": _count(outside, lr.dtype),
         "on_policy_absdiff_max": _abs_max(cnt, lr), "ratio_k3_sum": k3.sum(1),
+    }
+
+
+def _seq_ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, float],
+                    band_log: tuple[float, float]) -> dict[str, torch.Tensor]:
+    """GSPO's sequence ratio w = exp(m), m the row's mean lr (in the compute dtype; w in float64), for rows with tokens:
+    sums of w and w^2, extremes of m, and rows with w outside the clip range and outside the importance-weight band."""
+    has = cnt > 0
+    m = lr.sum(1) / cnt.clamp_min(1.0)
+    w = torch.where(has, torch.exp(m.to(torch.float64)), 0.0)
+    return {
+        "seq_rows": has.to(lr.dtype), "seq_w_sum": w, "seq_w_sq_sum": w * w,
+        "seq_log_min": torch.where(has, m, math.inf), "seq_log_max": torch.where(has, m, -math.inf),
+        "seq_clipped": torch.where(has & ((m < clip_log[0]) | (m > clip_log[1])), 1.0, 0.0).to(lr.dtype),
+        "seq_tail": torch.where(has & ((m < band_log[0]) | (m > band_log[1])), 1.0, 0.0).to(lr.dtype),
     }
 
 

@@ -1,0 +1,42 @@
+"""Off-policy updates in the catalogue: GSPO's sequence ratio ``grpo/seq_ratio/*`` (part of
+:data:`grpo_monitor.catalog.metrics.METRICS`, which lists them).
+
+Per row with valid tokens, w = exp(m) with m the mean over the row's valid tokens of
+``logprobs - old_logprobs``: the sequence-level importance ratio GSPO clips (TRL's
+``importance_sampling_level="sequence"``, verl's ``gspo`` loss). The framework key each one
+matches is in its meaning (docs/async_moe.md).
+"""
+
+from __future__ import annotations
+
+from .record import Metric
+from .record import metric as _m
+
+_ROWS = "mean weighted by rows"
+_NEEDS = "logprobs, old_logprobs"
+
+
+def seq_ratio_entries() -> list[Metric]:
+    """``grpo/seq_ratio/*``: per-row sums and extremes of the fused token pass, reduced once per step."""
+    seq = dict(section="KL", source="observe_loss", needs=_NEEDS)
+    dist = "sequence ratio w = exp(mean log ratio of a row): min / mean / max"
+    rows = "ratio of per-row counts over micro-batches and ranks"
+    return [
+        _m("grpo/seq_ratio/mean", "ratio", "ratio of per-row sums of w over micro-batches and ranks", _ROWS,
+           "Mean over rows of GSPO's sequence ratio w (TRL's coef_1 under importance_sampling_level='sequence', "
+           "verl's gspo seq_importance_ratio): 1 on a first inner epoch, drifting with stale old log-probs.",
+           panel=dist, **seq),
+        _m("grpo/seq_ratio/min", "ratio", "min over micro-batches and ranks (of the row's mean log ratio)", "min",
+           "Smallest w over rows.", panel=dist, **seq),
+        _m("grpo/seq_ratio/max", "ratio", "max over micro-batches and ranks (of the row's mean log ratio)", "max",
+           "Largest w over rows.", panel=dist, **seq),
+        _m("grpo/seq_ratio/ess", "fraction", "from per-row sums of w and w^2 over micro-batches and ranks",
+           "mean", "Normalised effective sample size (sum w)^2 / (n sum w^2) of the sequence ratios: 1 when every "
+           "row has the same weight, towards 1/n when a few rows carry the update.", **seq),
+        _m("grpo/seq_ratio/clip_frac", "fraction", rows, _ROWS, "Share of rows whose w lies outside [1-low, "
+           "1+high] (clip_range; TRL's epsilon / epsilon_high, read by the TRL integration): the rows GSPO's "
+           "clip stops; TRL logs clip_ratio/region_mean only per token.", **seq),
+        _m("grpo/seq_ratio/tail_frac", "fraction", rows, _ROWS, "Share of rows whose w lies outside "
+           "[mismatch_ratio_low, mismatch_ratio_high] (default [0.5, 2]): rows far off-policy, whatever the clip.",
+           **seq),
+    ]
