@@ -261,7 +261,7 @@ class GRPOMonitor(NotCopyable):
         try:
             run = self._run.update(self.step, rollout, synced.ledger, synced.groups)
             report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.estimator,
-                                     acc.violations, run, failed)
+                                     acc.violations, run, failed, self.config.mismatch_mask)
         except Exception:
             if self.config.strict:
                 raise

@@ -21,6 +21,7 @@ import types
 from collections.abc import Mapping
 
 from .invariants import INVARIANTS
+from .offpolicy_metrics import seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -38,7 +39,6 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .offpolicy_metrics import seq_ratio_entries
 from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 
@@ -310,7 +310,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 def _catalogue() -> Mapping[str, Metric]:
     entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *seq_ratio_entries(), *mismatch_entries(),
-               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations()]
+               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+               *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

@@ -150,7 +150,7 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
 
 def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
                     tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,
-                    violations: Sequence[Any], run: Any, failed: bool) -> StepReport:
+                    violations: Sequence[Any], run: Any, failed: bool, mismatch_mask: str | None = None) -> StepReport:
     """Metrics, histograms, tables and violations of the step.
 
     ``rollout`` is the whole step's rollout statistics, ``estimator`` the step's judgement (or
@@ -168,7 +168,7 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
     if tokens is not None:
         from ..stats.tokens import token_metrics
 
-        metrics.update(token_metrics(list(tokens.values())))  # the dict keeps TOKEN_FIELDS order
+        metrics.update(token_metrics(list(tokens.values()), mismatch_mask))  # the dict keeps TOKEN_FIELDS order
     report = StepReport(step, metrics, list(violations), failed=failed)
     report.convention = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))

@@ -1,4 +1,4 @@
-"""A real TRL GRPOTrainer under GSPO (importance_sampling_level="sequence") logs grpo/seq_ratio/* from its own tensors."""
+"""A real TRL GRPOTrainer under GSPO (importance_sampling_level="sequence") logs grpo/seq_ratio/* from its tensors."""
 
 from __future__ import annotations
 

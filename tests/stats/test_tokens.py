@@ -90,7 +90,7 @@ def reference_metrics(mask, advantages=None, logprobs=None, ref_logprobs=None, o
 
 def reference_seq_ratio(valid: np.ndarray, lp: np.ndarray, old: np.ndarray, clip_range=(0.2, 0.2),
                         band=(0.5, 2.0)) -> dict[str, float]:
-    """``grpo/seq_ratio/*``: w = exp(mean of lp - old over a row's valid tokens), one per row with tokens, in float64."""
+    """``grpo/seq_ratio/*``: w = exp(mean of lp - old over a row's valid tokens), one per row with tokens (float64)."""
     w = np.exp(np.array([(lp[i][valid[i]] - old[i][valid[i]]).mean() for i in range(len(valid)) if valid[i].any()]))
     return {"grpo/seq_ratio/mean": w.mean(), "grpo/seq_ratio/min": w.min(), "grpo/seq_ratio/max": w.max(),
             "grpo/seq_ratio/ess": w.sum() ** 2 / (w.size * (w * w).sum()),

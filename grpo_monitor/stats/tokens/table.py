@@ -102,6 +102,13 @@ FIELDS: tuple[TokenField, ...] = (
     _F("mm_rows", "sum"),
     _F("mm_seq_w_sum", "sum"),
     _F("mm_seq_w_sq_sum", "sum"),
+    # what importance-sampling masks keep (TRL's vllm_importance_sampling_mode): tokens with rho in the band
+    # (token_mask) and rows whose weight exp(sum of d) is in it (sequence_mask), W = that row weight
+    _F("mm_kept_rho_sum", "sum"),
+    _F("mm_kept_rho_sq_sum", "sum"),
+    _F("mm_seq_outside", "sum"),
+    _F("mm_seq_kept_w_sum", "sum"),
+    _F("mm_seq_kept_w_sq_sum", "sum"),
     *(_F(f"mm_hist_{i}", "sum") for i in range(HIST_BINS)),
     # entropy: the trainer's per-token entropies
     _F("ent_tokens", "sum"),

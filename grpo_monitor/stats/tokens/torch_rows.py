@@ -170,14 +170,27 @@ def _mismatch_rows(valid: torch.Tensor, cnt: torch.Tensor, d: torch.Tensor, band
     mult = expm1_fast(ad) if fast else torch.expm1(ad)
     row_mean = d.sum(1) / cnt.clamp_min(1.0)
     w = torch.where(cnt > 0, torch.exp(row_mean.to(torch.float64)), 0.0)
+    outside = (d < band_log[0]) | (d > band_log[1])
+    kept = torch.where(valid & ~outside, m1 + 1.0, 0.0)
     return {
+        **_masked_rows(cnt, d.sum(1), band_log),
+        "mm_kept_rho_sum": kept.sum(1), "mm_kept_rho_sq_sum": (kept * kept).sum(1),
         "mm_tokens": cnt, "mm_d_sum": d.sum(1), "mm_k3_sum": k3.sum(1), "mm_abs_sum": ad.sum(1),
         "mm_abs_max": _abs_max(cnt, d), "mm_rho_m1_sum": m1.sum(1), "mm_rho_m1_sq_sum": (m1 * m1).sum(1),
         "mm_d_min": torch.where(valid, d, math.inf).amin(1), "mm_d_max": torch.where(valid, d, -math.inf).amax(1),
-        "mm_outside": _count(valid & ((d < band_log[0]) | (d > band_log[1])), d.dtype),
+        "mm_outside": _count(valid & outside, d.dtype),
         "mm_mult_m1_sum": mult.sum(1), "mm_rows": (cnt > 0).to(d.dtype), "mm_seq_w_sum": w, "mm_seq_w_sq_sum": w * w,
         **_abs_histogram(valid, ad),
     }
+
+
+def _masked_rows(cnt: torch.Tensor, total: torch.Tensor, band_log: tuple[float, float]) -> dict[str, torch.Tensor]:
+    """TRL's sequence_mask: rows whose weight W = exp(sum of d) leaves the band, and W's sums over the rows it keeps."""
+    has = cnt > 0
+    out = has & ((total < band_log[0]) | (total > band_log[1]))
+    w = torch.where(has & ~out, torch.exp(total.to(torch.float64)), 0.0)
+    return {"mm_seq_outside": torch.where(out, 1.0, 0.0).to(total.dtype), "mm_seq_kept_w_sum": w,
+            "mm_seq_kept_w_sq_sum": w * w}
 
 
 def _abs_histogram(valid: torch.Tensor, ad: torch.Tensor) -> dict[str, torch.Tensor]:
