@@ -49,7 +49,8 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     rewards, q = torch.cat(rounds)[:8], (qids[0] + qids[1])[:8]
     adv = advantages(rewards, "population", 1e-4)
     lengths = torch.randint(1, 9, (8 * G,), generator=gen)
-    mon.observe_rollout(rewards, advantages=adv, question_ids=q, lengths=lengths, truncated=lengths == 8)
+    mon.observe_rollout(rewards, advantages=adv, question_ids=q, lengths=lengths, truncated=lengths == 8,
+                        policy_version=torch.arange(8 * G) % 5, trained_version=step + 4)
     mask = (torch.rand(8 * G, 5, generator=gen) < 0.8).float()
     logprobs = (-torch.rand(8 * G, 5, generator=gen)).requires_grad_(True)
     ref = logprobs.detach() + 0.05 * torch.randn(8 * G, 5, generator=gen)

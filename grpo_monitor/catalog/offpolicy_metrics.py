@@ -40,3 +40,22 @@ def seq_ratio_entries() -> list[Metric]:
            "[mismatch_ratio_low, mismatch_ratio_high] (default [0.5, 2]): rows far off-policy, whatever the clip.",
            **seq),
     ]
+
+
+def age_entries() -> list[Metric]:
+    """``grpo/offpolicy/*``: the rows' ages (trained version - ``policy_version``), slots of the rollout vector."""
+    age = dict(section="Groups", source="observe_rollout", needs="policy_version (trained_version: default the step)")
+    rows, share = "ratio of sums over calls and ranks", "mean weighted by rows"
+    out = [
+        _m("grpo/offpolicy/age_mean", "versions", rows, share, "Mean age of the training rows, trained version "
+           "minus the version of the weights that generated each: verl's training/off_policy/trajectory_staleness, "
+           "AReaL's sample_staleness, prime-rl's off_policy/mean, NeMo-RL's avg_trajectory_age. Above 0 the "
+           "mismatch check treats the sampler's lag as declared.", **age),
+        _m("grpo/offpolicy/age_max", "versions", "max over calls and ranks", "max", "Largest age of a training row "
+           "(prime-rl's off_policy/max; AReaL bounds it by max_head_offpolicyness).", **age),
+    ]
+    for a, label in ((0, "0"), (1, "1"), (2, "2"), (3, "3plus")):
+        what = "3 or more" if a == 3 else str(a)
+        out.append(_m(f"grpo/offpolicy/age_frac_{label}", "fraction", rows, share, f"Share of training rows of "
+                      f"age {what}: the age histogram.", panel="age histogram: share of rows by age", **age))
+    return out

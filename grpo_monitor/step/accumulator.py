@@ -155,6 +155,13 @@ class Accumulator:
         self.rollout_pending = None
         self.checked = upto
 
+    def observed_lag(self) -> float:
+        """The largest row age (``observe_rollout(policy_version=)``) of the step's checked rollouts; 0 without."""
+        if self.rollout_checked is None:
+            return 0.0
+        age = float(self.rollout_checked[ROLLOUT.names.index("age_max")])
+        return age if age > 0 else 0.0
+
     def drop(self, part: str) -> None:
         """Forget what a failed part (``"rollout"``, ``"generation"``, ``"loss"``) gathered this step."""
         if part == "rollout":

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..report import StepReport
+from ..stats.staleness import age_metrics
 from .accumulator import HostGroups
 
 
@@ -47,6 +48,8 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
         out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
     if v["len_below_rows"] > 0:
         out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
+    if v["age_rows"] > 0:
+        out.update(age_metrics(v))
     return out
 
 

@@ -1,4 +1,4 @@
-"""One rank of the 2-process gloo check of ``grpo/seq_ratio/*`` (started by ``dist_helpers.run_ranks``).
+"""One rank of the 2-process gloo check of ``grpo/seq_ratio/*`` and ``grpo/offpolicy/*`` (``dist_helpers.run_ranks``).
 
 ``python dist_seq_ratio_worker.py <unused> <outdir>`` with the torch.distributed environment set.
 Each rank observes its shard (``seq_ratio_shard``) in two uneven micro-batches and writes the
@@ -17,6 +17,7 @@ from dist_worker import init  # noqa: E402
 
 G, T = 4, 13
 CLIP = (0.1, 0.15)
+TRAINED = 7
 
 
 def seq_ratio_shard(rank: int) -> dict[str, torch.Tensor]:
@@ -31,7 +32,8 @@ def seq_ratio_shard(rank: int) -> dict[str, torch.Tensor]:
     shift = torch.linspace(-0.3 - 2 * rank, 0.3 + 3 * rank, b, dtype=torch.float64)[:, None]
     lp = old + shift + 0.05 * torch.randn(b, T, generator=g, dtype=torch.float64)
     rewards = (torch.rand(b // G, G, generator=g) < 0.5).double()
-    return dict(rewards=rewards, mask=mask, logprobs=lp, old_logprobs=old)
+    versions = TRAINED - torch.randint(0, 3 + 3 * rank, (b // G, G), generator=g)  # rank 1 holds the oldest rows
+    return dict(rewards=rewards, mask=mask, logprobs=lp, old_logprobs=old, policy_version=versions)
 
 
 def main() -> None:
@@ -45,7 +47,7 @@ def main() -> None:
     mon = GRPOMonitor(MonitorConfig(group_size=G, strict=True, clip_range=CLIP,
                                     policies={"on_policy": "ignore"}))
     x = seq_ratio_shard(rank)
-    mon.observe_rollout(x["rewards"])
+    mon.observe_rollout(x["rewards"], policy_version=x["policy_version"], trained_version=TRAINED)
     for part in (slice(0, 3), slice(3, None)):
         mon.observe_loss(**{k: x[k][part] for k in ("mask", "logprobs", "old_logprobs")})
     torch.save({"metrics": mon.end_step().metrics}, outdir / f"rank{rank}.pt")

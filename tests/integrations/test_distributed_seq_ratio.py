@@ -1,4 +1,5 @@
-"""GSPO's sequence ratio on 2 gloo processes: every grpo/seq_ratio/* key is the one of the union of the shards."""
+"""GSPO's sequence ratio and row ages on 2 gloo processes: every grpo/seq_ratio/* and grpo/offpolicy/* key is the
+one of the union of the shards."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import pytest
 import torch
 
 from dist_helpers import run_ranks
-from dist_seq_ratio_worker import CLIP, seq_ratio_shard
+from dist_seq_ratio_worker import CLIP, TRAINED, seq_ratio_shard
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stats"))
+from test_staleness import reference as reference_ages  # noqa: E402
 from test_tokens import reference_seq_ratio  # noqa: E402
 
 WORKER = Path(__file__).with_name("dist_seq_ratio_worker.py")
@@ -25,6 +27,8 @@ def test_two_ranks_report_the_sequence_ratio_of_the_union(tmp_path):
     x = {k: torch.cat([p[k] for p in parts]).numpy() for k in ("mask", "logprobs", "old_logprobs")}
     want = reference_seq_ratio(x["mask"] > 0, x["logprobs"], x["old_logprobs"], CLIP)
     assert 0 < want["grpo/seq_ratio/clip_frac"] < 1 and 0 < want["grpo/seq_ratio/tail_frac"] < 1
+    want.update(reference_ages([p["policy_version"].numpy() for p in parts], TRAINED))
+    assert want["grpo/offpolicy/age_max"] > max(TRAINED - p["policy_version"].min().item() for p in parts[:1])
     for r, result in enumerate(ranks):
         got = result["metrics"]
         for key, value in want.items():
