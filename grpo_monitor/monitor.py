@@ -106,9 +106,9 @@ class GRPOMonitor(NotCopyable):
 
     @fail_open("generation")
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None,
-                           lengths: Any = None) -> None:
-        """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
-        got = observe.generation_input(self.config, rewards, batch=len(self._acc.generations) + 1,
+                           lengths: Any = None, dropped: Any = None) -> None:
+        """Record a generated batch (discarded groups and ``dropped`` stale rows included) for the ledger."""
+        got = observe.generation_input(self.config, rewards, batch=len(self._acc.generations) + 1, dropped=dropped,
                                        group_ids=group_ids, question_ids=question_ids, lengths=lengths)
         if got is not None:
             self._acc.add_generation(*got)

@@ -21,7 +21,7 @@ import types
 from collections.abc import Mapping
 
 from .invariants import INVARIANTS
-from .offpolicy_metrics import age_entries, seq_ratio_entries
+from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -309,8 +309,9 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *rollout_entries(), *age_entries(), *_advantages(), *_kl(), *seq_ratio_entries(),
-               *mismatch_entries(), *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+    entries = [*_groups(), *rollout_entries(), *age_entries(), *drop_entries(), *_advantages(), *_kl(),
+               *seq_ratio_entries(), *mismatch_entries(),
+               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order

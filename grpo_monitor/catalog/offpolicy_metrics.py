@@ -59,3 +59,34 @@ def age_entries() -> list[Metric]:
         out.append(_m(f"grpo/offpolicy/age_frac_{label}", "fraction", rows, share, f"Share of training rows of "
                       f"age {what}: the age histogram.", panel="age histogram: share of rows by age", **age))
     return out
+
+
+def drop_entries() -> list[Metric]:
+    """``grpo/offpolicy/drop*``: the staleness drop's selection bias, slots of the generation ledger."""
+    drop = dict(section="Groups", source="observe_generation", needs="dropped (lengths for the length test)")
+    rows, share = "ratio of sums over calls and ranks", "mean weighted by generated rows"
+    z = "from per-side sums and per-group moments over calls and ranks"
+    only = "fewer than 8 scorable rows on either side"
+    out = [
+        _m("grpo/offpolicy/dropped_frac", "fraction", rows, share, "Share of the generated (scorable) rows dropped "
+           "before training, as observe_generation(dropped=) marks them: verl's evicted samples, prime-rl's "
+           "off_policy/dropped.", **drop),
+        _m("grpo/offpolicy/dropped_reward_mean", "reward", rows, share, "Mean reward of the dropped rows.",
+           panel="staleness drop: reward of dropped vs kept rows", only_when="no row dropped", **drop),
+        _m("grpo/offpolicy/kept_reward_mean", "reward", rows, share, "Mean reward of the kept rows.",
+           panel="staleness drop: reward of dropped vs kept rows", only_when="every row dropped", **drop),
+    ]
+    for q, what in (("reward", "mean reward"), ("pass", "pass rate (reward > 0)"), ("length", "mean length")):
+        out.append(_m(f"grpo/offpolicy/drop_{q}_z", "standard errors", z, "mean", f"Dropped minus kept {what} "
+                      "in cluster-robust standard errors (groups as clusters); about N(0, 1) when the drop does not "
+                      "depend on the rows.", panel="staleness drop: z of dropped vs kept",
+                      only_when=only + ("; no lengths" if q == "length" else ""), **drop))
+    out += [
+        _m("grpo/offpolicy/drop_bias_z", "standard errors", z, "max", "Largest |z| of the three: selection bias "
+           "of the drop (dropping slow, hard problems biases training towards fast, easy ones).", summary="max",
+           only_when=only, **drop),
+        _m("grpo/offpolicy/drop_biased", "flag", "from drop_bias_z", "max", "Flag: 1 when drop_bias_z > 3.5 (random "
+           "drops: 0.07% of steps with row drops, 0.6% with whole-group drops; a reward-dependent delay: 94%; "
+           "docs/async_moe.md).", summary="max", only_when=only, **drop),
+    ]
+    return out

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..stats.drop_bias import DROP_FIELDS
 from ..stats.fields import FieldLayout
 from ..stats.groups import GroupRewardStats
 from ..stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
@@ -24,7 +25,7 @@ from ..stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
 LEDGER_FIELDS = (
     ("generation_batches", "max"), ("generated_groups", "sum"), ("generated_responses", "sum"),
     ("generated_tokens", "sum"), ("token_batches", "sum"), ("generated_degenerate", "sum"),
-    ("generated_nonbinary", "sum"),
+    ("generated_nonbinary", "sum"), *DROP_FIELDS,
 )
 ROLLOUT = ROLLOUT_LAYOUT
 ADV_SAMPLE = 1024  # advantages sent to the sinks' histogram each step

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..report import StepReport
+from ..stats.drop_bias import drop_metrics
 from ..stats.staleness import age_metrics
 from .accumulator import HostGroups
 
@@ -148,6 +149,8 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
     if v["token_batches"] > 0:
         out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
+    if v["drop_rows"] + v["keep_rows"] > 0:
+        out.update(drop_metrics(v))
     return out
 
 

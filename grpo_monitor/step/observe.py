@@ -42,6 +42,17 @@ def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None,
                               weights)
 
 
+def _dropped(value: Any, layout: Any) -> torch.Tensor | None:
+    """``dropped`` as a flat bool tensor aligned with the rewards (bool or 0/1 integers)."""
+    if value is None:
+        return None
+    t = inputs.as_tensor(value, "dropped")
+    if t.is_floating_point() or t.is_complex():
+        raise inputs.InputTypeError(f"dropped must be a bool per row (True: dropped before training), "
+                                    f"but has dtype {t.dtype}")
+    return inputs.align_rows(t, "dropped", layout) > 0
+
+
 def _ages(versions: Any, trained: Any, step: int, layout: Any) -> dict[str, torch.Tensor] | None:
     """The age slots of ``policy_version`` (integers per row) against ``trained_version`` (an int; default ``step``)."""
     from ..stats.staleness import age_fields
@@ -63,20 +74,27 @@ def _ages(versions: Any, trained: Any, step: int, layout: Any) -> dict[str, torc
 
 
 def generation_input(config: MonitorConfig, rewards: Any, *, batch: int, group_ids: Any = None,
-                     question_ids: Any = None, lengths: Any = None,
+                     question_ids: Any = None, lengths: Any = None, dropped: Any = None,
                      ) -> tuple[torch.Tensor, GenerationRecord] | None:
     """``observe_generation``'s arguments checked; the batch's ledger vector and record (``None``: empty).
 
-    ``batch`` is the call's number in the step (1, 2, ...): reduced by max across ranks.
+    ``batch`` is the call's number in the step (1, 2, ...): reduced by max across ranks; ``dropped`` (bool per
+    row) the rows dropped before training (too stale), for the drop's selection bias.
     """
+    from ..stats.drop_bias import drop_fields
+
     layout = inputs.group_layout(rewards, group_ids, config.group_size)
+    flags = _dropped(dropped, layout)
     if layout.rewards.numel() == 0:
         return None
     s = group_reward_stats(layout.rewards, layout.segments())
     tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
-    if lengths is not None:
-        tokens = inputs.align_rows(lengths, "lengths", layout).sum()
-    vec = LEDGER.pack(dict(
+    row_lengths = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    if row_lengths is not None:
+        tokens = row_lengths.sum()
+    drops = {} if flags is None else drop_fields(layout.rewards.reshape(-1).to(torch.float64), flags, row_lengths,
+                                                 layout.segments())
+    vec = LEDGER.pack(dict(**drops,
         generation_batches=batch, generated_groups=layout.num_groups, generated_responses=len(layout.rewards),
         generated_tokens=tokens, token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
         generated_nonbinary=s.nonbinary,
