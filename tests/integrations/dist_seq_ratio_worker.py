@@ -33,7 +33,11 @@ def seq_ratio_shard(rank: int) -> dict[str, torch.Tensor]:
     lp = old + shift + 0.05 * torch.randn(b, T, generator=g, dtype=torch.float64)
     rewards = (torch.rand(b // G, G, generator=g) < 0.5).double()
     versions = TRAINED - torch.randint(0, 3 + 3 * rank, (b // G, G), generator=g)  # rank 1 holds the oldest rows
-    return dict(rewards=rewards, mask=mask, logprobs=lp, old_logprobs=old, policy_version=versions)
+    gen_rewards = (torch.rand(3 + rank, G, generator=g) < 0.5).double()  # generated: 3 or 4 groups
+    dropped = (torch.arange(gen_rewards.numel()) % 3 != 1).reshape(gen_rewards.shape)
+    gen_lengths = torch.randint(1, 50, gen_rewards.shape, generator=g).double()
+    return dict(rewards=rewards, mask=mask, logprobs=lp, old_logprobs=old, policy_version=versions,
+                gen_rewards=gen_rewards, dropped=dropped, gen_lengths=gen_lengths)
 
 
 def main() -> None:
@@ -47,6 +51,7 @@ def main() -> None:
     mon = GRPOMonitor(MonitorConfig(group_size=G, strict=True, clip_range=CLIP,
                                     policies={"on_policy": "ignore"}))
     x = seq_ratio_shard(rank)
+    mon.observe_generation(x["gen_rewards"], lengths=x["gen_lengths"], dropped=x["dropped"])
     mon.observe_rollout(x["rewards"], policy_version=x["policy_version"], trained_version=TRAINED)
     for part in (slice(0, 3), slice(3, None)):
         mon.observe_loss(**{k: x[k][part] for k in ("mask", "logprobs", "old_logprobs")})
