@@ -104,6 +104,9 @@ class MonitorConfig(BaseModel):
     mismatch_ratio_low: float = Field(0.5, gt=0, lt=1, description="lower end of the importance-weight band "
                                       "(grpo/mismatch/outside_frac), as truncated/masked importance sampling uses")
     mismatch_ratio_high: float = Field(2.0, gt=1, description="upper end of the importance-weight band")
+    mismatch_mask: Literal["token", "sequence"] | None = Field(
+        None, description="the importance-sampling mask the trainer applies with that band (TRL's "
+        "vllm_importance_sampling_mode token_mask / sequence_mask): grpo/mismatch/masked_frac and masked_ess")
     max_policy_lag: int = Field(
         0, ge=0, description="optimizer steps the sampler may lag the trainer by design (asynchronous trainers: "
         "AReaL, prime-rl, TRL's async GRPO); above 0 a large mismatch KL is not an error")

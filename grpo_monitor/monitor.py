@@ -62,8 +62,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
                              stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout,
                              when_full=cfg.sink_when_full)
-        self.step = 0
-        self.closed = False
+        self.step, self.closed = 0, False
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
         self._lock = threading.RLock()  # one lock for every public call (see guard.py)
         self._run = RunState(cfg)  # what crosses steps (run_state.py)
@@ -80,21 +79,22 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     @fail_open("rollout")
     def observe_rollout(self, rewards: Any, *, group_ids: Any = None, advantages: Any = None, question_ids: Any = None,
                         lengths: Any = None, truncated: Any = None, reward_components: Any = None,
-                        reward_weights: Any = None) -> None:
+                        reward_weights: Any = None, policy_version: Any = None, trained_version: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
-        ``lengths`` (token counts per row, optional) lets the check replay estimators that whiten advantages over
-        tokens (AReaL, REINFORCE++ baseline) exactly, and gives the lengths of rows above and below their group's mean
-        reward. ``truncated`` (bool per row: cut at the length limit; else ``lengths >=
-        MonitorConfig.max_response_length`` when that is set) gives ``grpo/rows/truncated_rate``.
-        ``reward_components`` ``(B, G, K)`` (one column per reward function) and ``reward_weights`` ``(K,)`` let it
-        replay multi-reward estimators (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward
-        per row. An empty batch (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
-        under the ``"raise"`` policy raises here.
-        """
-        got = observe.rollout_input(self.config, rewards, group_ids=group_ids, advantages=advantages,
-                                    question_ids=question_ids, lengths=lengths, truncated=truncated,
-                                    reward_components=reward_components, reward_weights=reward_weights)
+        ``lengths`` (token counts per row, optional) lets the check replay estimators that
+        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
+        lengths of rows above and below their group's mean reward. ``truncated`` (bool per
+        row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
+        when that is set) gives ``grpo/rows/truncated_rate``. ``reward_components`` ``(B, G, K)`` (one column per reward
+        function) and ``reward_weights`` ``(K,)`` let it replay multi-reward estimators
+        (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward per row. ``policy_version``
+        (an int per row: the weights that generated it) gives ``grpo/offpolicy/age_*`` against ``trained_version``
+        (default: the step). An empty batch is a no-op once checked. A breach under ``"raise"`` raises here."""
+        got = observe.rollout_input(
+            self.config, rewards, group_ids=group_ids, advantages=advantages, question_ids=question_ids,
+            lengths=lengths, truncated=truncated, reward_components=reward_components, reward_weights=reward_weights,
+            policy_version=policy_version, trained_version=trained_version, step=self.step)
         if got is None:
             if rank_and_world()[1] > 1 and not self.config.defer_checks:
                 self._check_now()  # the other ranks' eager check waits for this one
@@ -107,9 +107,9 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
 
     @fail_open("generation")
     def observe_generation(self, rewards: Any, *, group_ids: Any = None, question_ids: Any = None,
-                           lengths: Any = None) -> None:
-        """Record one generated batch (discarded groups included) for the retry ledger; empty: a no-op."""
-        got = observe.generation_input(self.config, rewards, batch=len(self._acc.generations) + 1,
+                           lengths: Any = None, dropped: Any = None) -> None:
+        """Record a generated batch (discarded groups and ``dropped`` stale rows included) for the ledger."""
+        got = observe.generation_input(self.config, rewards, batch=len(self._acc.generations) + 1, dropped=dropped,
                                        group_ids=group_ids, question_ids=question_ids, lengths=lengths)
         if got is not None:
             self._acc.add_generation(*got)
@@ -217,7 +217,8 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
                 self._acc.estimator = checked.judged
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
-            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)
+            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches,
+                                      self._acc.observed_lag())
         if synced.weights is not None:
             found += guarded_part(self, "weights", self._weights.check, synced.weights, synced.all_weights,
                                   self.config, self.step) or []
@@ -260,7 +261,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         try:
             run = self._run.update(self.step, rollout, synced.ledger, synced.groups)
             report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.estimator,
-                                     acc.violations, run, failed)
+                                     acc.violations, run, failed, self.config.mismatch_mask)
         except Exception:
             if self.config.strict:
                 raise

@@ -7,6 +7,7 @@ Re-exported by :mod:`grpo_monitor.integrations.trl`.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
     derived = dict(
         group_size=int(trainer.num_generations), std_convention=estimator, stabilizer=None,
         clip_range=clip_range(trainer), kl_clamp=None, rollout_scope="global", **loss_aggregation(trainer),
+        **importance_mask(trainer),
     )
     if config is None:
         return MonitorConfig(**derived)
@@ -47,6 +49,25 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
                 f"(num_generations={trainer.num_generations}, rewards gathered on every process); leave it unset"
             )
     return config.model_copy(update={k: v for k, v in derived.items() if k not in config.model_fields_set})
+
+
+def importance_mask(trainer: Any) -> dict[str, Any]:
+    """``mismatch_mask`` and the band of TRL's masking vLLM importance correction (``vllm_importance_sampling_mode``
+    ``token_mask`` / ``sequence_mask`` with ``vllm_importance_sampling_clip_{min,max}``; a clip_min of None is
+    the smallest positive float, log -708); nothing under the truncate modes or without the correction."""
+    mode = getattr(trainer, "vllm_importance_sampling_mode", None)
+    if not (getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction", False)
+            and mode in ("token_mask", "sequence_mask")):
+        return {}
+    low = getattr(trainer, "vllm_importance_sampling_clip_min", None)
+    high = getattr(trainer, "vllm_importance_sampling_clip_max", None)
+    out: dict[str, Any] = {"mismatch_mask": mode.split("_")[0]}
+    low = sys.float_info.min if low is None else float(low)
+    if 0 < low < 1:
+        out["mismatch_ratio_low"] = low
+    if high is not None and float(high) > 1:
+        out["mismatch_ratio_high"] = float(high)
+    return out
 
 
 def loss_aggregation(trainer: Any) -> dict[str, Any]:

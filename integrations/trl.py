@@ -43,6 +43,7 @@ from grpo_monitor.integrations._trl_settings import (
     SETTINGS,
     clip_range,
     config_from_trainer,
+    importance_mask,
     loss_aggregation,
     trl_rewards,
     trl_settings,
@@ -54,7 +55,8 @@ from grpo_monitor.step.calls import checked
 
 __all__ = [
     "ESTIMATOR_OF_SCALE_REWARDS", "HOOKED_METHODS", "ROWS_KEY", "SETTINGS", "GRPOMonitorCallback", "TRLHooks",
-    "attach", "clip_range", "config_from_trainer", "detach", "loss_aggregation", "trl_rewards", "trl_settings",
+    "attach", "clip_range", "config_from_trainer", "detach", "importance_mask", "loss_aggregation", "trl_rewards",
+    "trl_settings",
 ]
 
 

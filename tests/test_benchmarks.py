@@ -23,6 +23,7 @@ SMOKE = {
     "bench_scan.py": ["--steps", "3", "--rows", "64", "--repeat", "1", "--data", "{tmp}/verl"],
     "mismatch_calibration.py": ["--steps", "3", "--rows", "4", "--tokens", "6", "--skip-fp32"],
     "universal_calibration.py": ["--seeds", "1"],
+    "drop_bias_calibration.py": ["--trials", "5"],
     "soak_memory.py": ["--steps", "40", "--every", "20", "--groups", "8", "--questions", "100",
                        "--history-cap", "50", "--max-growth-mib", "1000"],
 }

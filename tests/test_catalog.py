@@ -45,11 +45,13 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     rounds = [(torch.rand(6, G, generator=gen) < 0.5).float() for _ in range(2)]
     qids = [[f"q{(6 * (2 * step + i) + j) % 10}" for j in range(6)] for i in range(2)]
     for rewards, q in zip(rounds, qids, strict=True):
-        mon.observe_generation(rewards, question_ids=q, lengths=torch.randint(1, 9, (6 * G,), generator=gen))
+        mon.observe_generation(rewards, question_ids=q, lengths=torch.randint(1, 9, (6 * G,), generator=gen),
+                               dropped=torch.arange(6 * G) % 4 == 0)
     rewards, q = torch.cat(rounds)[:8], (qids[0] + qids[1])[:8]
     adv = advantages(rewards, "population", 1e-4)
     lengths = torch.randint(1, 9, (8 * G,), generator=gen)
-    mon.observe_rollout(rewards, advantages=adv, question_ids=q, lengths=lengths, truncated=lengths == 8)
+    mon.observe_rollout(rewards, advantages=adv, question_ids=q, lengths=lengths, truncated=lengths == 8,
+                        policy_version=torch.arange(8 * G) % 5, trained_version=step + 4)
     mask = (torch.rand(8 * G, 5, generator=gen) < 0.8).float()
     logprobs = (-torch.rand(8 * G, 5, generator=gen)).requires_grad_(True)
     ref = logprobs.detach() + 0.05 * torch.randn(8 * G, 5, generator=gen)

@@ -21,6 +21,7 @@ import types
 from collections.abc import Mapping
 
 from .invariants import INVARIANTS
+from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -52,9 +53,9 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
+    ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions", "grpo/offpolicy/")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
-    ("KL", ("grpo/kl/", "grpo/ratio/")),
+    ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
     ("Mismatch", ("grpo/mismatch/",)),
     ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
@@ -312,8 +313,10 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *entropy_entries(),
-               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations()]
+    entries = [*_groups(), *rollout_entries(), *age_entries(), *drop_entries(), *_advantages(), *_kl(),
+               *seq_ratio_entries(), *mismatch_entries(),
+               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+               *_monitor_and_integrations()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

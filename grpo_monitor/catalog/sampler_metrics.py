@@ -58,6 +58,15 @@ def mismatch_entries() -> list[Metric]:
         _m("grpo/mismatch/seq_ess", "fraction", "from per-row sums of w and w^2 over micro-batches and ranks",
            "mean", "Normalised effective sample size (sum w)^2 / (n sum w^2) of the sequence weights (verl's "
            "rollout_corr ESS): 1 when sampler and trainer agree, towards 1/n when a few rows dominate.", **mm),
+        _m("grpo/mismatch/masked_frac", "fraction", RATIO, "mean weighted by tokens (token) or rows (sequence)",
+           "Share of valid tokens (mismatch_mask='token': TRL's token_mask) or rows ('sequence': sequence_mask, "
+           "weight exp(sum of Delta)) whose importance weight leaves [mismatch_ratio_low, mismatch_ratio_high] and "
+           "that the correction zeroes; TRL logs no such fraction.", only_when="MonitorConfig.mismatch_mask set "
+           "(the TRL integration sets it from vllm_importance_sampling_mode)", **mm),
+        _m("grpo/mismatch/masked_ess", "fraction", "from sums of the kept weights and their squares over "
+           "micro-batches and ranks", "mean", "Normalised effective sample size (sum w)^2 / (n sum w^2) of the "
+           "importance weights after masking (masked ones 0, n every token or row): how much of the batch the "
+           "corrected update still uses.", only_when="MonitorConfig.mismatch_mask set", **mm),
         _m("grpo/mismatch/mult_prob_error", "ratio", RATIO, _TOK, "Mean of exp|Delta|, NeMo-RL's "
            "token_mult_prob_error: 1 when sampler and trainer agree.", **mm),
     ]

@@ -18,6 +18,7 @@ from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
 from .segments import Segments, as_segments
+from .staleness import AGE_FIELDS
 
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
@@ -32,7 +33,7 @@ _BASE_FIELDS = (
 )
 _CONV_FIELDS = tuple((f"e_{c}_{m}", m) for c in CONVENTIONS for m in ("min", "max"))
 _VIOL_FIELDS = tuple((f"viol_{i}", "sum") for i in GROUP_INVARIANTS)
-ROLLOUT_FIELDS: tuple[tuple[str, str], ...] = _BASE_FIELDS + _CONV_FIELDS + _VIOL_FIELDS
+ROLLOUT_FIELDS: tuple[tuple[str, str], ...] = _BASE_FIELDS + _CONV_FIELDS + _VIOL_FIELDS + AGE_FIELDS
 ROLLOUT_INDEX = {name: i for i, (name, _) in enumerate(ROLLOUT_FIELDS)}
 ROLLOUT_LAYOUT = FieldLayout(ROLLOUT_FIELDS)
 
@@ -57,11 +58,12 @@ def rollout_stats(
     group_size: int | None,
     lengths: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,
+    ages: dict[str, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, RolloutDetail]:
     """Sufficient statistics of one rollout (see module docstring); no host sync.
 
     ``lengths`` (tokens per row) and ``truncated`` (1 where a row was cut at the length limit)
-    are flat and aligned with ``rewards``.
+    are flat and aligned with ``rewards``; ``ages`` the slots of ``staleness.age_fields``.
     """
     seg = as_segments(gid, num_groups)
     s = group_reward_stats(rewards, seg)
@@ -81,6 +83,7 @@ def rollout_stats(
         offending["finite"] = offending["finite"] | fit.nonfinite
     vals.update(_violation_fields(offending))
     vals.update(split_fields(rewards, s, seg, lengths, truncated))
+    vals.update(ages or {})
     cut = seg.sum(seg.rows(truncated)) if truncated is not None else None
     return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending, cut)
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..stats.drop_bias import DROP_FIELDS
 from ..stats.fields import FieldLayout
 from ..stats.groups import GroupRewardStats
 from ..stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
@@ -24,7 +25,7 @@ from ..stats.rollout import ROLLOUT_LAYOUT, RolloutDetail
 LEDGER_FIELDS = (
     ("generation_batches", "max"), ("generated_groups", "sum"), ("generated_responses", "sum"),
     ("generated_tokens", "sum"), ("token_batches", "sum"), ("generated_degenerate", "sum"),
-    ("generated_nonbinary", "sum"),
+    ("generated_nonbinary", "sum"), *DROP_FIELDS,
 )
 ROLLOUT = ROLLOUT_LAYOUT
 ADV_SAMPLE = 1024  # advantages sent to the sinks' histogram each step
@@ -154,6 +155,13 @@ class Accumulator:
             self.rollout_checked = _merge(ROLLOUT, self.rollout_checked, host_vec)
         self.rollout_pending = None
         self.checked = upto
+
+    def observed_lag(self) -> float:
+        """The largest row age (``observe_rollout(policy_version=)``) of the step's checked rollouts; 0 without."""
+        if self.rollout_checked is None:
+            return 0.0
+        age = float(self.rollout_checked[ROLLOUT.names.index("age_max")])
+        return age if age > 0 else 0.0
 
     def drop(self, part: str) -> None:
         """Forget what a failed part (``"rollout"``, ``"generation"``, ``"loss"``) gathered this step."""

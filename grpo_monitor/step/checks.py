@@ -220,9 +220,10 @@ def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
 
 
 def token_violations(v: dict[str, float], config: MonitorConfig, step: int,
-                     mismatch_batches: Sequence[tuple[torch.Tensor, ...]] = ()) -> list[Violation]:
+                     mismatch_batches: Sequence[tuple[torch.Tensor, ...]] = (), lag: float = 0.0) -> list[Violation]:
     """Token-side invariants from the reduced token statistics of the step (``mismatch_batches``: this
-    rank's (mask, trainer, sampler) micro-batches, to name the first offending rows of a mismatch)."""
+    rank's (mask, trainer, sampler) micro-batches, to name the first offending rows of a mismatch; ``lag``: the
+    largest row age the rollout's ``policy_version`` shows, a lag by design like ``max_policy_lag``)."""
     tol, out = config.tolerances, []
     if v.get("mask_nonbinary", 0) > 0:
         n = int(v["mask_nonbinary"])
@@ -238,7 +239,7 @@ def token_violations(v: dict[str, float], config: MonitorConfig, step: int,
     if config.expect_on_policy and v.get("ratio_tokens", 0) > 0:
         out += _on_policy(v, config, step)
     if v.get("mm_tokens", 0) > 0:
-        found = mismatch_violations(v, config, step)
+        found = mismatch_violations(v, config, step, lag)
         out += [dataclasses.replace(f, groups=worst_rows(mismatch_batches)) for f in found]
     return out
 
@@ -263,7 +264,7 @@ def _on_policy(v: dict[str, float], config: MonitorConfig, step: int) -> list[Vi
     return [violation("on_policy", step, text, config)] if bad else []
 
 
-def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -> list[Violation]:
+def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int, lag: float = 0.0) -> list[Violation]:
     """``mismatch``: an error when the mismatch KL is far above numerical noise (unless the sampler lags by
     design), a warning when the importance weights do not average to 1; noise is never a violation."""
     from ..stats.tokens.readout import mismatch_metrics
@@ -276,10 +277,11 @@ def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int) -
                f"{m['grpo/mismatch/ratio_mean']:.5g} ({z:+.3g} standard errors from 1) over "
                f"{int(v['mm_tokens'])} tokens")
     n = int(v["mm_tokens"])
-    if not k3 <= tol.mismatch_k3 and config.max_policy_lag == 0:
+    if not k3 <= tol.mismatch_k3 and config.max_policy_lag == 0 and lag == 0:
         hint = ("a mismatch KL far above numerical noise: sampler weights not synced (one or more optimizer steps "
                 "stale), log-probs taken before temperature was applied, tokens or the mask shifted by one, or "
-                "another model's log-probs; if the sampler lags by design, declare MonitorConfig.max_policy_lag")
+                "another model's log-probs; if the sampler lags by design, declare MonitorConfig.max_policy_lag "
+                "or pass observe_rollout(policy_version=)")
         return [violation("mismatch", step, numbers, config, count=n, hint=hint)]
     if not abs(z) <= tol.mismatch_ratio_z and not abs(m["grpo/mismatch/ratio_mean"] - 1) <= tol.mismatch_ratio_bias:
         hint = ("the importance weights exp(trainer - sampler) do not average to 1, so the sampler's log-probs "

@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from ..report import StepReport
+from ..stats.drop_bias import drop_metrics
+from ..stats.staleness import age_metrics
 from .accumulator import HostGroups
 
 
@@ -47,6 +49,8 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
         out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
     if v["len_below_rows"] > 0:
         out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
+    if v["age_rows"] > 0:
+        out.update(age_metrics(v))
     return out
 
 
@@ -145,12 +149,14 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
     if v["token_batches"] > 0:
         out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
+    if v["drop_rows"] + v["keep_rows"] > 0:
+        out.update(drop_metrics(v))
     return out
 
 
 def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[str, float] | None,
                     tokens: dict[str, float] | None, groups: HostGroups | None, estimator: Any,
-                    violations: Sequence[Any], run: Any, failed: bool) -> StepReport:
+                    violations: Sequence[Any], run: Any, failed: bool, mismatch_mask: str | None = None) -> StepReport:
     """Metrics, histograms, tables and violations of the step.
 
     ``rollout`` is the whole step's rollout statistics, ``estimator`` the step's judgement (or
@@ -168,7 +174,7 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
     if tokens is not None:
         from ..stats.tokens import token_metrics
 
-        metrics.update(token_metrics(list(tokens.values())))  # the dict keeps TOKEN_FIELDS order
+        metrics.update(token_metrics(list(tokens.values()), mismatch_mask))  # the dict keeps TOKEN_FIELDS order
     report = StepReport(step, metrics, list(violations), failed=failed)
     report.convention = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))

@@ -22,9 +22,10 @@ from .accumulator import LEDGER, GenerationRecord, RolloutRecord
 
 def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None, advantages: Any = None,
                   question_ids: Any = None, lengths: Any = None, truncated: Any = None,
-                  reward_components: Any = None, reward_weights: Any = None,
-                  ) -> tuple[torch.Tensor, RolloutRecord] | None:
-    """``observe_rollout``'s arguments checked; the rollout's statistics vector and record (``None``: empty)."""
+                  reward_components: Any = None, reward_weights: Any = None, policy_version: Any = None,
+                  trained_version: Any = None, step: int = 0) -> tuple[torch.Tensor, RolloutRecord] | None:
+    """``observe_rollout``'s arguments checked; the rollout's statistics vector and record (``None``: empty).
+    ``trained_version`` defaults to ``step``."""
     layout = inputs.group_layout(rewards, group_ids, config.group_size)
     adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
     tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
@@ -32,29 +33,68 @@ def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None,
     comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
                       if reward_components is not None else (None, None))
     cut = inputs.truncation_rows(truncated, tokens, config.max_response_length, layout)
+    ages = _ages(policy_version, trained_version, step, layout)
     if layout.rewards.numel() == 0:
         return None
     vec, detail = rollout_stats(layout.rewards, layout.segments(), layout.num_groups, adv, config.tolerances,
-                                config.group_size, tokens, cut)
+                                config.group_size, tokens, cut, ages)
     return vec, RolloutRecord(detail, layout.labels, questions, layout.rewards, layout.gid, adv, tokens, comps,
                               weights)
 
 
+def _dropped(value: Any, layout: Any) -> torch.Tensor | None:
+    """``dropped`` as a flat bool tensor aligned with the rewards (bool or 0/1 integers)."""
+    if value is None:
+        return None
+    t = inputs.as_tensor(value, "dropped")
+    if t.is_floating_point() or t.is_complex():
+        raise inputs.InputTypeError(f"dropped must be a bool per row (True: dropped before training), "
+                                    f"but has dtype {t.dtype}")
+    return inputs.align_rows(t, "dropped", layout) > 0
+
+
+def _ages(versions: Any, trained: Any, step: int, layout: Any) -> dict[str, torch.Tensor] | None:
+    """The age slots of ``policy_version`` (integers per row) against ``trained_version`` (an int; default ``step``)."""
+    from ..stats.staleness import age_fields
+
+    if versions is None:
+        if trained is not None:
+            raise inputs.InputValueError("trained_version was given without policy_version; pass the weights "
+                                         "version of each row as policy_version=")
+        return None
+    t = inputs.as_tensor(versions, "policy_version")
+    if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
+        raise inputs.InputTypeError(f"policy_version must hold integers (the weights version of each row), "
+                                    f"but has dtype {t.dtype}")
+    if trained is not None and (isinstance(trained, bool) or not isinstance(trained, int)):
+        raise inputs.InputTypeError(f"trained_version must be an int (the version being trained), "
+                                    f"but got {type(trained).__name__}")
+    aligned = inputs.align_rows(t, "policy_version", layout)
+    return age_fields(aligned, step if trained is None else trained) if aligned.numel() else None
+
+
 def generation_input(config: MonitorConfig, rewards: Any, *, batch: int, group_ids: Any = None,
-                     question_ids: Any = None, lengths: Any = None,
+                     question_ids: Any = None, lengths: Any = None, dropped: Any = None,
                      ) -> tuple[torch.Tensor, GenerationRecord] | None:
     """``observe_generation``'s arguments checked; the batch's ledger vector and record (``None``: empty).
 
-    ``batch`` is the call's number in the step (1, 2, ...): reduced by max across ranks.
+    ``batch`` is the call's number in the step (1, 2, ...): reduced by max across ranks; ``dropped`` (bool per
+    row) the rows dropped before training (too stale), for the drop's selection bias.
     """
+    from ..stats.drop_bias import drop_fields
+
     layout = inputs.group_layout(rewards, group_ids, config.group_size)
+    flags = _dropped(dropped, layout)
     if layout.rewards.numel() == 0:
         return None
     s = group_reward_stats(layout.rewards, layout.segments())
     tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
-    if lengths is not None:
-        tokens = inputs.align_rows(lengths, "lengths", layout).sum()
-    vec = LEDGER.pack(dict(
+    row_lengths = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    if row_lengths is not None:
+        tokens = row_lengths.sum()
+    drops = {} if flags is None else drop_fields(layout.rewards.reshape(-1).to(torch.float64), flags, row_lengths,
+                                                 layout.segments())
+    vec = LEDGER.pack(dict(**drops,
         generation_batches=batch, generated_groups=layout.num_groups, generated_responses=len(layout.rewards),
         generated_tokens=tokens, token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
         generated_nonbinary=s.nonbinary,

@@ -82,9 +82,20 @@ def reference_metrics(mask, advantages=None, logprobs=None, ref_logprobs=None, o
         ratio = np.exp(lr)
         out.update({"grpo/ratio/mean": ratio.mean(), "grpo/ratio/log_abs_max": np.abs(lr).max(),
                     "grpo/ratio/clip_frac": ((ratio < 1 - clip_range[0]) | (ratio > 1 + clip_range[1])).mean()})
+        out.update(reference_seq_ratio(valid, f["lp"], f["old"], clip_range))
     if f["old"] is not None and n:
         out["grpo/entropy/sampled_nll_mean"] = -f["old"][valid].mean()
     return {k: float(v) for k, v in out.items()}
+
+
+def reference_seq_ratio(valid: np.ndarray, lp: np.ndarray, old: np.ndarray, clip_range=(0.2, 0.2),
+                        band=(0.5, 2.0)) -> dict[str, float]:
+    """``grpo/seq_ratio/*``: w = exp(mean of lp - old over a row's valid tokens), one per row with tokens (float64)."""
+    w = np.exp(np.array([(lp[i][valid[i]] - old[i][valid[i]]).mean() for i in range(len(valid)) if valid[i].any()]))
+    return {"grpo/seq_ratio/mean": w.mean(), "grpo/seq_ratio/min": w.min(), "grpo/seq_ratio/max": w.max(),
+            "grpo/seq_ratio/ess": w.sum() ** 2 / (w.size * (w * w).sum()),
+            "grpo/seq_ratio/clip_frac": ((w < 1 - clip_range[0]) | (w > 1 + clip_range[1])).mean(),
+            "grpo/seq_ratio/tail_frac": ((w < band[0]) | (w > band[1])).mean()}
 
 
 def assert_metrics_close(got: dict, want: dict, rtol: float = 2e-5, atol: float = 1e-7, std_slack: bool = True) -> None:

@@ -36,9 +36,11 @@ from grpo_monitor.stats.tokens.torch_rows import token_vector
 FIELDS = [name for name, _ in TOKEN_FIELDS]
 #: Slots that are counts or extrema of the inputs: equal exactly whatever the summation order
 #: (not |kl - k3|, whose k3 comes from the polynomial here and from expm1 eagerly).
+#: (Nor the extremes of a row's mean log ratio, a quotient of a float32 sum.)
+_NOT_EXACT = ("user_k3_absdiff_max", "seq_log_min", "seq_log_max")
 EXACT = [i for i, (n, op) in enumerate(TOKEN_FIELDS)
-         if n != "user_k3_absdiff_max" and (op != "sum" or n.endswith(("tokens", "nonbinary", "nonfinite", "_pos",
-                                                                          "clipped", "hits")))]
+         if n not in _NOT_EXACT and (op != "sum" or n.endswith(("tokens", "nonbinary", "nonfinite", "_pos",
+                                                                "clipped", "hits")))]
 
 
 # ----------------------------------------------------------------------------- the three backends agree
@@ -129,10 +131,24 @@ def reference_slots(x: dict, clamp: tuple[float, float] | None) -> Slots:
         v.sum("ratio_m1_sum", np.expm1(lr))
         v.max("on_policy_absdiff_max", np.abs(lr))
         v.sum("ratio_k3_sum", np.expm1(lr) - lr)
+        with np.errstate(invalid="ignore"):  # inf - inf in the padding, never read
+            _seq_slots(v, valid, f["logprobs"] - f["old_logprobs"])
     if "old_logprobs" in f:
         v["nll_tokens"] = v["valid_tokens"]
         v.sum("nll_sum", -f["old_logprobs"][valid])
     return v
+
+
+def _seq_slots(v: Slots, valid: np.ndarray, lr: np.ndarray) -> None:
+    """GSPO's sequence ratio w = exp(mean lr over a row's valid tokens), rows with tokens only."""
+    m = np.array([lr[r][valid[r]].mean() for r in range(len(lr)) if valid[r].any()])
+    w = np.exp(m)
+    v["seq_rows"] = float(m.size)
+    v.sum("seq_w_sum", w)
+    v.sum("seq_w_sq_sum", w * w)
+    v["seq_log_min"], v["seq_log_max"] = float(m.min()), float(m.max())
+    v["seq_clipped"] = float(((w < 1 - CLIP[0]) | (w > 1 + CLIP[1])).sum())
+    v["seq_tail"] = float(((w < 0.5) | (w > 2.0)).sum())
 
 
 def _adv_slots(v: Slots, valid: np.ndarray, adv: np.ndarray) -> None:

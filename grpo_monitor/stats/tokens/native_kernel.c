@@ -59,10 +59,10 @@ typedef struct {
     __m256i cnt, nonbin, u_pos, clip, hits, nonfin;
     __m256 adv_sum, adv_abs, adv_hi, adv_lo;
     __m256 u_sum, u_sq, u_quad, u_max, u_min, k3_sum, k3_sq;
-    __m256 m1_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, nll_sum;
+    __m256 m1_sum, lr_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, nll_sum;
     __m256i mm_out, ent_low;
     __m256 mm_d_sum, mm_abs_sum, mm_abs_max, mm_d_min, mm_d_max, mm_k3, mm_m1, mm_m1_sq, mm_mult;
-    __m256 ent_sum, ent_sq;
+    __m256 ent_sum, ent_sq, kept, kept_sq;
     int32_t hist[HIST_COPIES][HIST_BINS + 1];
 } Acc;
 
@@ -216,17 +216,18 @@ static void pass_kl(const Seg *S, int64_t n, Acc *A) {
 
 static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
     __m256i clip = A->clip;
-    __m256 m1 = A->m1_sum, mx = A->lr_max, k3 = A->lr_k3;
+    __m256 m1 = A->m1_sum, s1 = A->lr_sum, mx = A->lr_max, k3 = A->lr_k3;
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_at(S, j);
         __m256 lr = _mm256_sub_ps(masked(valid, S->lp, j), masked(valid, S->old, j));
         clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
         m1 = _mm256_add_ps(m1, expm1_any(lr));
+        s1 = _mm256_add_ps(s1, lr); /* the row's mean: GSPO's sequence ratio */
         k3 = _mm256_add_ps(k3, k3_any(lr));
         mx = _mm256_max_ps(mx, vabs(lr));
     }
-    A->clip = clip; A->m1_sum = m1; A->lr_max = mx; A->lr_k3 = k3;
+    A->clip = clip; A->m1_sum = m1; A->lr_sum = s1; A->lr_max = mx; A->lr_k3 = k3;
 }
 
 static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
@@ -281,8 +282,9 @@ static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
 }
 
 /* The exponentials of d: k3(d), rho - 1 = exp(d) - 1 (one polynomial: k3 + d) and exp|d| - 1. */
-static void pass_mm_exp(const Seg *S, int64_t n, Acc *A) {
-    __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult;
+static void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+    __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult, kept = A->kept, kept_sq = A->kept_sq;
+    const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
     const float *trn = trainer_of(S);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_at(S, j);
@@ -299,8 +301,12 @@ static void pass_mm_exp(const Seg *S, int64_t n, Acc *A) {
         m1s = _mm256_add_ps(m1s, m1);
         m1sq = _mm256_fmadd_ps(m1, m1, m1sq);
         mult = _mm256_add_ps(mult, expm1_any(ad));
+        __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
+        __m256 rho = _mm256_and_ps(_mm256_andnot_ps(outside, valid), _mm256_add_ps(m1, ONE)); /* token_mask keeps */
+        kept = _mm256_add_ps(kept, rho);
+        kept_sq = _mm256_fmadd_ps(rho, rho, kept_sq);
     }
-    A->mm_k3 = k3s; A->mm_m1 = m1s; A->mm_m1_sq = m1sq; A->mm_mult = mult;
+    A->mm_k3 = k3s; A->mm_m1 = m1s; A->mm_m1_sq = m1sq; A->mm_mult = mult; A->kept = kept; A->kept_sq = kept_sq;
 }
 
 static void pass_entropy(const Seg *S, int64_t n, float low, Acc *A) {
@@ -339,7 +345,7 @@ static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
     if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
     if (mm) {
         pass_mm_linear(S, n, in, A);
-        pass_mm_exp(S, n, A);
+        pass_mm_exp(S, n, in, A);
     }
     if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A);
     if (S->kl) pass_user(S, n, in, A);
@@ -425,11 +431,12 @@ static Exact exact_row(const Inputs *in, int64_t row) {
 
 /* Indices of the row sums in finish_row's sums[]. */
 enum { ADV, ADV_ABS, U, U_SQ, U_QUAD, K3, K3_SQ, M1, USER, USER_SQ, LR_K3, NLL, MM_D, MM_K3, MM_ABS, MM_M1, MM_M1_SQ,
-       MM_MULT, NSUMS };
+       MM_MULT, LR, KEPT, KEPT_SQ, NSUMS };
 
 /* The mismatch slots of one row: sums of d, k3(d), |d|, rho - 1, exp|d| - 1, the band, the row's weight
  * w = exp(mean d) (in double from the float mean, as the torch form) and the histogram. */
-static void finish_mismatch(const Acc *a, const Exact *x, const float *sums, float cnt, double *o) {
+static void finish_mismatch(const Inputs *in, const Acc *a, const Exact *x, const float *sums, float cnt,
+                            double *o) {
     int has = cnt > 0;
     o[S_mm_tokens] += cnt; o[S_mm_d_sum] += sums[MM_D]; o[S_mm_k3_sum] += sums[MM_K3];
     o[S_mm_abs_sum] += sums[MM_ABS]; o[S_mm_rho_m1_sum] += sums[MM_M1]; o[S_mm_rho_m1_sq_sum] += sums[MM_M1_SQ];
@@ -438,11 +445,25 @@ static void finish_mismatch(const Acc *a, const Exact *x, const float *sums, flo
     put_min(&o[S_mm_d_min], x->d_min); put_max(&o[S_mm_d_max], x->d_max);
     double w = has ? exp((double)(sums[MM_D] / (cnt > 1.0f ? cnt : 1.0f))) : 0.0;
     o[S_mm_seq_w_sum] += w; o[S_mm_seq_w_sq_sum] += w * w;
+    o[S_mm_kept_rho_sum] += sums[KEPT]; o[S_mm_kept_rho_sq_sum] += sums[KEPT_SQ];
+    int out = has && (sums[MM_D] < in->band_lo || sums[MM_D] > in->band_hi); /* sequence_mask: W = exp(sum d) */
+    double kw = has && !out ? exp((double)sums[MM_D]) : 0.0;
+    o[S_mm_seq_outside] += out; o[S_mm_seq_kept_w_sum] += kw; o[S_mm_seq_kept_w_sq_sum] += kw * kw;
     for (int b = 0; b < HIST_BINS; b++) {
         int32_t c = 0;
         for (int k = 0; k < HIST_COPIES; k++) c += a->hist[k][b];
         o[S_mm_hist_0 + b] += c;
     }
+}
+
+/* GSPO's sequence ratio of one row with tokens: w = exp(m), m its mean log ratio (float, as the torch form);
+ * w in double, the extremes of m, rows outside the clip range and outside the importance-weight band. */
+static void finish_seq_ratio(const Inputs *in, float m, double *o) {
+    double w = exp((double)m);
+    o[S_seq_rows] += 1; o[S_seq_w_sum] += w; o[S_seq_w_sq_sum] += w * w;
+    put_min(&o[S_seq_log_min], m); put_max(&o[S_seq_log_max], m);
+    o[S_seq_clipped] += (m < in->clip_lo) || (m > in->clip_hi);
+    o[S_seq_tail] += (m < in->band_lo) || (m > in->band_hi);
 }
 
 static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
@@ -452,7 +473,8 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
     float sums[NSUMS] = {hsum(a->adv_sum), hsum(a->adv_abs), hsum(a->u_sum), hsum(a->u_sq), hsum(a->u_quad),
                          hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
                          hsum(a->lr_k3), hsum(a->nll_sum), hsum(a->mm_d_sum), hsum(a->mm_k3), hsum(a->mm_abs_sum),
-                         hsum(a->mm_m1), hsum(a->mm_m1_sq), hsum(a->mm_mult)};
+                         hsum(a->mm_m1), hsum(a->mm_m1_sq), hsum(a->mm_mult), hsum(a->lr_sum),
+                         hsum(a->kept), hsum(a->kept_sq)};
     Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max),
                hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
@@ -481,8 +503,9 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
         o[S_ratio_tokens] += cnt; o[S_ratio_m1_sum] += sums[M1]; o[S_ratio_clipped] += hcount(a->clip);
         o[S_ratio_k3_sum] += sums[LR_K3];
         if (has) put_max(&o[S_on_policy_absdiff_max], x.lr_max);
+        if (has) finish_seq_ratio(in, sums[LR] / cnt, o);
     }
-    if (has_d) finish_mismatch(a, &x, sums, cnt, o);
+    if (has_d) finish_mismatch(in, a, &x, sums, cnt, o);
     if (in->smp || in->old) { o[S_nll_tokens] += cnt; o[S_nll_sum] -= sums[NLL]; }
     if (in->ent) {
         o[S_ent_tokens] += cnt; o[S_ent_sum] += hsum(a->ent_sum); o[S_ent_sq_sum] += hsum(a->ent_sq);

@@ -16,8 +16,11 @@ import torch
 from .table import FIELDS, HIST_BINS, HIST_EDGES, TOKEN_LAYOUT
 
 
-def token_metrics(stats: torch.Tensor | Sequence[float]) -> dict[str, float]:
+def token_metrics(stats: torch.Tensor | Sequence[float], mismatch_mask: str | None = None) -> dict[str, float]:
     """The metrics of a merged statistics vector; a group's keys appear only when some valid token carried its inputs.
+
+    ``mismatch_mask`` (``"token"`` or ``"sequence"``): the importance-sampling mask the trainer
+    applies with the mismatch band, for ``grpo/mismatch/masked_frac`` and ``masked_ess``.
 
     Stds come from sums of squares accumulated per row in the input precision: for float32
     inputs whose values are nearly constant they carry noise of up to ~3e-4 x their rms;
@@ -43,8 +46,12 @@ def token_metrics(stats: torch.Tensor | Sequence[float]) -> dict[str, float]:
         out.update({"grpo/kl/user_mean": mean, "grpo/kl/user_std": std})
     if v["ratio_tokens"] > 0:
         out["grpo/ratio/mean"] = 1.0 + v["ratio_m1_sum"] / v["ratio_tokens"]
+    if v["seq_rows"] > 0:
+        out.update(seq_ratio_metrics(v))
     if v["mm_tokens"] > 0:
         out.update(mismatch_metrics(v))
+        if mismatch_mask is not None:
+            out.update(masked_metrics(v, mismatch_mask))
     if v["ent_tokens"] > 0:
         mean, std = _mean_std(v["ent_tokens"], v["ent_sum"], v["ent_sq_sum"])
         out.update({"grpo/entropy/mean": mean, "grpo/entropy/std": std})
@@ -68,6 +75,33 @@ def mismatch_metrics(v: dict[str, float]) -> dict[str, float]:
         "grpo/mismatch/seq_ratio_mean": w / rows if rows > 0 else math.nan,
         "grpo/mismatch/seq_ess": w * w / (rows * w2) if rows > 0 and w2 > 0 else math.nan,
     }
+
+
+def masked_metrics(v: dict[str, float], level: str) -> dict[str, float]:
+    """What TRL's token_mask (rho outside the band zeroed) or sequence_mask (rows whose weight exp(sum of Delta)
+    leaves the band zeroed) masks, and the normalised ESS (sum w)^2 / (n sum w^2) of the weights it keeps."""
+    if level == "token":
+        n, masked, w, w2 = v["mm_tokens"], v["mm_outside"], v["mm_kept_rho_sum"], v["mm_kept_rho_sq_sum"]
+    elif level == "sequence":
+        n, masked, w, w2 = v["mm_rows"], v["mm_seq_outside"], v["mm_seq_kept_w_sum"], v["mm_seq_kept_w_sq_sum"]
+    else:
+        raise ValueError(f"mismatch_mask must be 'token', 'sequence' or None, but got {level!r}")
+    return {"grpo/mismatch/masked_frac": masked / n, "grpo/mismatch/masked_ess": w * w / (n * w2) if w2 > 0 else 0.0}
+
+
+def seq_ratio_metrics(v: dict[str, float]) -> dict[str, float]:
+    """``grpo/seq_ratio/{min,max,ess}`` from the slots of GSPO's sequence ratio w = exp(mean log ratio of a row)."""
+    rows, w, w2 = v["seq_rows"], v["seq_w_sum"], v["seq_w_sq_sum"]
+    return {
+        "grpo/seq_ratio/min": _exp_or_inf(v["seq_log_min"]),
+        "grpo/seq_ratio/max": _exp_or_inf(v["seq_log_max"]),
+        "grpo/seq_ratio/ess": w * w / (rows * w2) if w2 > 0 else math.nan,
+    }
+
+
+def _exp_or_inf(x: float) -> float:
+    """exp(x) in float64, inf past the overflow (NaN stays NaN)."""
+    return math.exp(x) if x < 709 else (x if math.isnan(x) else math.inf)
 
 
 def ratio_z(dev: float, var: float, n: float) -> float:

@@ -79,6 +79,14 @@ FIELDS: tuple[TokenField, ...] = (
     _F("ratio_clipped", "sum", "grpo/ratio/clip_frac", per="ratio_tokens"),
     _F("on_policy_absdiff_max", "max", "grpo/ratio/log_abs_max", when="ratio_tokens"),
     _F("ratio_k3_sum", "sum"),  # k3(lr): the on_policy rule, trainer against trainer
+    # the same inputs per row: GSPO's sequence ratio w = exp(mean lr over the row's valid tokens)
+    _F("seq_rows", "sum"),
+    _F("seq_w_sum", "sum", "grpo/seq_ratio/mean", per="seq_rows"),
+    _F("seq_w_sq_sum", "sum"),
+    _F("seq_log_min", "min"),
+    _F("seq_log_max", "max"),
+    _F("seq_clipped", "sum", "grpo/seq_ratio/clip_frac", per="seq_rows"),  # w outside [1 - low, 1 + high]
+    _F("seq_tail", "sum", "grpo/seq_ratio/tail_frac", per="seq_rows"),  # w outside mismatch_band
     # sampler_logprobs with old_logprobs (else logprobs): d = trainer - sampler (Delta), rho = exp(d)
     _F("mm_tokens", "sum"),
     _F("mm_d_sum", "sum"),
@@ -94,6 +102,13 @@ FIELDS: tuple[TokenField, ...] = (
     _F("mm_rows", "sum"),
     _F("mm_seq_w_sum", "sum"),
     _F("mm_seq_w_sq_sum", "sum"),
+    # what importance-sampling masks keep (TRL's vllm_importance_sampling_mode): tokens with rho in the band
+    # (token_mask) and rows whose weight exp(sum of d) is in it (sequence_mask), W = that row weight
+    _F("mm_kept_rho_sum", "sum"),
+    _F("mm_kept_rho_sq_sum", "sum"),
+    _F("mm_seq_outside", "sum"),
+    _F("mm_seq_kept_w_sum", "sum"),
+    _F("mm_seq_kept_w_sq_sum", "sum"),
     *(_F(f"mm_hist_{i}", "sum") for i in range(HIST_BINS)),
     # entropy: the trainer's per-token entropies
     _F("ent_tokens", "sum"),

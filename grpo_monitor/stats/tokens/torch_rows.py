@@ -59,6 +59,7 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
         parts.update(_kl_rows(valid, cnt, u, k3))
     if lr is not None:
         parts.update(_ratio_rows(cnt, lr, x.clip_log, fast))
+        parts.update(_seq_ratio_rows(cnt, lr, x.clip_log, x.band_log))
     if kl is not None:
         parts.update(_user_rows(valid, cnt, kl, k3, x.clamp))
     sampler = None if x.sampler_logprobs is None else torch.where(valid, x.sampler_logprobs.to(cd), 0.0)
@@ -146,6 +147,21 @@ def _ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, floa
     }
 
 
+def _seq_ratio_rows(cnt: torch.Tensor, lr: torch.Tensor, clip_log: tuple[float, float],
+                    band_log: tuple[float, float]) -> dict[str, torch.Tensor]:
+    """GSPO's sequence ratio w = exp(m), m the row's mean lr (in the compute dtype; w in float64), for rows with tokens:
+    sums of w and w^2, extremes of m, and rows with w outside the clip range and outside the importance-weight band."""
+    has = cnt > 0
+    m = lr.sum(1) / cnt.clamp_min(1.0)
+    w = torch.where(has, torch.exp(m.to(torch.float64)), 0.0)
+    return {
+        "seq_rows": has.to(lr.dtype), "seq_w_sum": w, "seq_w_sq_sum": w * w,
+        "seq_log_min": torch.where(has, m, math.inf), "seq_log_max": torch.where(has, m, -math.inf),
+        "seq_clipped": torch.where(has & ((m < clip_log[0]) | (m > clip_log[1])), 1.0, 0.0).to(lr.dtype),
+        "seq_tail": torch.where(has & ((m < band_log[0]) | (m > band_log[1])), 1.0, 0.0).to(lr.dtype),
+    }
+
+
 def _mismatch_rows(valid: torch.Tensor, cnt: torch.Tensor, d: torch.Tensor, band_log: tuple[float, float],
                    fast: bool) -> dict[str, torch.Tensor]:
     """d = trainer - sampler log-probs (0 off the mask): k1/k3 sums, |d|, rho = exp(d), the band, per-row weights."""
@@ -154,14 +170,27 @@ def _mismatch_rows(valid: torch.Tensor, cnt: torch.Tensor, d: torch.Tensor, band
     mult = expm1_fast(ad) if fast else torch.expm1(ad)
     row_mean = d.sum(1) / cnt.clamp_min(1.0)
     w = torch.where(cnt > 0, torch.exp(row_mean.to(torch.float64)), 0.0)
+    outside = (d < band_log[0]) | (d > band_log[1])
+    kept = torch.where(valid & ~outside, m1 + 1.0, 0.0)
     return {
+        **_masked_rows(cnt, d.sum(1), band_log),
+        "mm_kept_rho_sum": kept.sum(1), "mm_kept_rho_sq_sum": (kept * kept).sum(1),
         "mm_tokens": cnt, "mm_d_sum": d.sum(1), "mm_k3_sum": k3.sum(1), "mm_abs_sum": ad.sum(1),
         "mm_abs_max": _abs_max(cnt, d), "mm_rho_m1_sum": m1.sum(1), "mm_rho_m1_sq_sum": (m1 * m1).sum(1),
         "mm_d_min": torch.where(valid, d, math.inf).amin(1), "mm_d_max": torch.where(valid, d, -math.inf).amax(1),
-        "mm_outside": _count(valid & ((d < band_log[0]) | (d > band_log[1])), d.dtype),
+        "mm_outside": _count(valid & outside, d.dtype),
         "mm_mult_m1_sum": mult.sum(1), "mm_rows": (cnt > 0).to(d.dtype), "mm_seq_w_sum": w, "mm_seq_w_sq_sum": w * w,
         **_abs_histogram(valid, ad),
     }
+
+
+def _masked_rows(cnt: torch.Tensor, total: torch.Tensor, band_log: tuple[float, float]) -> dict[str, torch.Tensor]:
+    """TRL's sequence_mask: rows whose weight W = exp(sum of d) leaves the band, and W's sums over the rows it keeps."""
+    has = cnt > 0
+    out = has & ((total < band_log[0]) | (total > band_log[1]))
+    w = torch.where(has & ~out, torch.exp(total.to(torch.float64)), 0.0)
+    return {"mm_seq_outside": torch.where(out, 1.0, 0.0).to(total.dtype), "mm_seq_kept_w_sum": w,
+            "mm_seq_kept_w_sq_sum": w * w}
 
 
 def _abs_histogram(valid: torch.Tensor, ad: torch.Tensor) -> dict[str, torch.Tensor]:
