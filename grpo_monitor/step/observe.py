@@ -27,7 +27,7 @@ def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None,
     """``observe_rollout``'s arguments checked; the rollout's statistics vector and record (``None``: empty)."""
     layout = inputs.group_layout(rewards, group_ids, config.group_size)
     adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
-    tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    tokens = inputs.token_counts(lengths, "lengths", layout) if lengths is not None else None
     questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
     comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
                       if reward_components is not None else (None, None))
@@ -53,7 +53,7 @@ def generation_input(config: MonitorConfig, rewards: Any, *, batch: int, group_i
     s = group_reward_stats(layout.rewards, layout.segments())
     tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
     if lengths is not None:
-        tokens = inputs.align_rows(lengths, "lengths", layout).sum()
+        tokens = inputs.token_counts(lengths, "lengths", layout).sum()
     vec = LEDGER.pack(dict(
         generation_batches=batch, generated_groups=layout.num_groups, generated_responses=len(layout.rewards),
         generated_tokens=tokens, token_batches=float(lengths is not None), generated_degenerate=s.degenerate.sum(),
