@@ -28,6 +28,7 @@ import numpy as np
 
 from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
+from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
 from .classic import ConventionFit, ConventionTracker, classic_of
 from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
@@ -59,6 +60,7 @@ class Judgement:
     problem: str | None = None
     groups: tuple = ()  # first offending group labels of a replay mismatch
     unknown: str | None = None
+    hint: str | None = None  # the breach's hint when the registry's does not apply (the user's function raised)
 
 
 class EstimatorJudge:
@@ -155,7 +157,9 @@ class EstimatorJudge:
         groups = tuple(labels[int(group_ids[i])] for i in worst if not per_group[i] <= self._tolerance())
         why = error or (f"max group rms residual {residual:.3g} x typical |advantage| against "
                         f"{est.name} ({est.description})")
-        return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups)
+        hint = USER_FUNCTION_HINT if error is not None and error.startswith(USER_FUNCTION_FAILED) else None
+        return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups,
+                         hint=hint)
 
     def _auto_replay(self, records: Sequence[Any], fit: ConventionFit, breached: frozenset[str] = frozenset()
                      ) -> Judgement | None:

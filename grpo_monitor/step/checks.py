@@ -70,7 +70,8 @@ def rollout_findings(rollout: dict[str, float], records: Sequence, judged: Judge
     if "one_nonzero_per_group" in judged.promises:
         found += passk_violations(records, config, step)
     if judged.problem and not any(v.invariant in ROOT_CAUSES for v in found):
-        found.append(violation("convention", step, judged.problem, config, judged.groups))
+        hint = {"hint": judged.hint} if judged.hint else {}
+        found.append(violation("convention", step, judged.problem, config, judged.groups, **hint))
     if judged.unknown:
         found.append(violation("unknown_estimator", step, judged.unknown, config))
     return found
