@@ -27,7 +27,7 @@ from .run.state import RunState
 from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
-from .step import inputs, observe, policy
+from .step import declared, inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
 from .step.calls import checked
 from .step.checks import check_rollout, token_violations
@@ -100,6 +100,8 @@ class GRPOMonitor(NotCopyable):
                 self._check_now()  # the other ranks' eager check waits for this one
             return
         vec, record = got
+        self._acc.add_call("observe_rollout", dict(advantages=advantages, lengths=lengths, truncated=truncated,
+                                                   reward_components=reward_components, question_ids=question_ids))
         self._acc.add_rollout(vec, record)
         self._weights.set_reference(record.gid, record.detail.stats.degenerate, record.questions or record.labels)
         if not self.config.defer_checks:
@@ -132,6 +134,7 @@ class GRPOMonitor(NotCopyable):
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
                                  sampler_logprobs=sampler_logprobs, entropy=entropy)
+        self._acc.add_call("observe_loss", dict(got.tensors, mask=got.mask, loss=got.loss))
         self._token_layout = self._token_layout or FieldLayout(got.fields)
         self._acc.add_tokens(got.vec, self._token_layout)
         if got.mismatch is not None:
@@ -184,7 +187,8 @@ class GRPOMonitor(NotCopyable):
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = inputs.step_arg(step, self.step)
         synced = self._sync(final=True)
-        return self._finish(synced, self._check(synced))
+        unmet = declared.unmet(self.config, self._acc.calls, said=self._run.said_declared, step=self.step)
+        return self._finish(synced, self._check(synced) + unmet)
 
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
         """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""

@@ -37,13 +37,22 @@ from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
-def replayable(est: Estimator, rows: Rows | None = None) -> bool:
-    """Whether the monitor can replay ``est`` on ``rows``: multi-reward ones need the reward components,
-    length-weighted baselines the token counts (a whitening is fitted without them)."""
-    if est.multi_reward and (rows is None or rows.components is None):
-        return False
+def replay_needs(est: Estimator) -> tuple[str, ...]:
+    """The ``observe_rollout`` arguments beyond rewards and advantages a replay of ``est`` needs: multi-reward
+    ones the reward components, length-weighted baselines the token counts (a whitening is fitted without them).
+
+    >>> replay_needs(get("trl.normalize_then_sum")), replay_needs(get("population"))
+    (('reward_components',), ())
+    """
     needs_lengths = est.token_weighted and not whitens(est) and est.id != CUSTOM_ID
-    return not needs_lengths or (rows is not None and rows.lengths is not None)
+    return (("reward_components",) if est.multi_reward else ()) + (("lengths",) if needs_lengths else ())
+
+
+def replayable(est: Estimator, rows: Rows | None = None) -> bool:
+    """Whether the monitor can replay ``est`` on ``rows`` (:func:`replay_needs` given)."""
+    given = {"reward_components": rows is not None and rows.components is not None,
+             "lengths": rows is not None and rows.lengths is not None}
+    return all(given[n] for n in replay_needs(est))
 
 
 @dataclasses.dataclass(frozen=True)
