@@ -30,7 +30,7 @@ from .stats.fields import FieldLayout
 from .step import declared, inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
 from .step.calls import checked
-from .step.checks import check_rollout, token_violations
+from .step.checks import batch_axis_note, check_rollout, token_violations
 from .step.distributed import rank_and_world
 from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
@@ -220,6 +220,7 @@ class GRPOMonitor(NotCopyable):
             found, self._run.estimator = checked.found, checked.lock  # the lock narrows here, once
             if checked.judged is not None:
                 self._acc.estimator = checked.judged
+            policy.say_once(batch_axis_note(checked.judged, self.config), self._run.said_declared)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,28 @@ def replay_needs(est: Estimator) -> tuple[str, ...]:
     """
     needs_lengths = est.token_weighted and not whitens(est) and est.id != CUSTOM_ID
     return (("reward_components",) if est.multi_reward else ()) + (("lengths",) if needs_lengths else ())
+
+
+@functools.lru_cache(maxsize=None)
+def ignores_groups(name: str | None) -> bool:
+    """Whether the registry entry ``name`` gives the same advantages whatever the grouping (a batch baseline and
+    batch scale, or whitening with no group baseline), measured on a probe batch: regrouped, nothing changes.
+
+    >>> ignores_groups("roll.batch_norm"), ignores_groups("trl.batch"), ignores_groups("population")
+    (True, False, False)
+    """
+    if name is None or name not in ESTIMATORS:
+        return False
+    est = ESTIMATORS[name]
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(24, 2) if est.multi_reward else 24)
+    lengths = rng.integers(1, 9, 24).astype(float) if est.token_weighted else None
+    split, whole = np.repeat(np.arange(4), 6), np.zeros(24, dtype=np.int64)
+    try:
+        return bool(np.allclose(est(rewards, split, lengths=lengths), est(rewards, whole, lengths=lengths),
+                                rtol=1e-9, atol=1e-12))
+    except ValueError:
+        return False
 
 
 def replayable(est: Estimator, rows: Rows | None = None) -> bool:

@@ -52,3 +52,12 @@ def warn_found(found: Iterable[Violation], counts: Mapping[str, int], config: Mo
         if count == 1 or each:
             warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
                           RuntimeWarning, stacklevel=1)
+
+
+def say_once(text: str | None, said: set[str]) -> None:
+    """Log and warn ``text`` (a note about the run, not a violation) the first time it comes; ``said`` remembers."""
+    if text is None or text in said:
+        return
+    said.add(text)
+    log.warning(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=1)
