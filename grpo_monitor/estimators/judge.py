@@ -29,6 +29,7 @@ import numpy as np
 
 from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
+from .defects import matching_defect
 from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
 from .classic import ConventionFit, ConventionTracker, classic_of
 from .families import group_stats, layout
@@ -227,6 +228,9 @@ class EstimatorJudge:
             groups = tuple(rows.labels[i] for i in breach.groups)
             return dataclasses.replace(j, problem=f"{fit.problem}; and {breach.text}, which no estimator does",
                                        groups=groups)
+        defect = matching_defect(rows.rewards, rows.gid, a, rows.lengths, self._tolerance())
+        if defect is not None:  # finite and monotone, but a shape known to be broken: an error naming it
+            return Judgement(None, None, UNIVERSAL_PROMISES, defect.text(), hint=defect.hint())
         if self.locked is not None:
             return Judgement(self.locked, None, UNIVERSAL_PROMISES, f"the estimator changed between steps: was "
                              f"{self.locked}, now no registry entry fits (the universal invariants still hold)")
