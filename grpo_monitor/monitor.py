@@ -82,15 +82,14 @@ class GRPOMonitor(NotCopyable):
                         reward_weights: Any = None) -> None:
         """Record the retained training rollout: rewards ``(B, G)`` or flat, advantages aligned.
 
-        ``lengths`` (token counts per row, optional) lets the check replay estimators that
-        whiten advantages over tokens (AReaL, REINFORCE++ baseline) exactly, and gives the
-        lengths of rows above and below their group's mean reward. ``truncated`` (bool per
-        row: cut at the length limit; else ``lengths >= MonitorConfig.max_response_length``
-        when that is set) gives ``grpo/rows/truncated_rate``. ``reward_components`` ``(B, G, K)`` (one column per reward
-        function) and ``reward_weights`` ``(K,)`` let it replay multi-reward estimators
-        (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward per row. An empty batch
-        (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A breach
-        under the ``"raise"`` policy raises here.
+        ``lengths`` (token counts per row, optional) lets the check replay estimators that whiten advantages over tokens
+        (AReaL, REINFORCE++ baseline) exactly, and gives the lengths of rows above and below their group's mean
+        reward. ``truncated`` (bool per row: cut at the length limit; else ``lengths >=
+        MonitorConfig.max_response_length`` when that is set) gives ``grpo/rows/truncated_rate``.
+        ``reward_components`` ``(B, G, K)`` (one column per reward function) and ``reward_weights`` ``(K,)`` let it
+        replay multi-reward estimators (``trl.normalize_then_sum``, ``verl.gdpo``); ``rewards`` stays the one reward
+        per row. An empty batch (``(0, G)``, ``(B, 0)``, ``(0,)``) is a no-op once its arguments are checked. A
+        breach under the ``"raise"`` policy raises here.
         """
         got = observe.rollout_input(self.config, rewards, group_ids=group_ids, advantages=advantages,
                                     question_ids=question_ids, lengths=lengths, truncated=truncated,
@@ -100,8 +99,6 @@ class GRPOMonitor(NotCopyable):
                 self._check_now()  # the other ranks' eager check waits for this one
             return
         vec, record = got
-        self._acc.add_call("observe_rollout", dict(advantages=advantages, lengths=lengths, truncated=truncated,
-                                                   reward_components=reward_components, question_ids=question_ids))
         self._acc.add_rollout(vec, record)
         self._weights.set_reference(record.gid, record.detail.stats.degenerate, record.questions or record.labels)
         if not self.config.defer_checks:
@@ -122,19 +119,18 @@ class GRPOMonitor(NotCopyable):
                      entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
-        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it
-        generated (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``);
-        ``entropy``: the trainer's per-token entropies (``grpo/entropy/*``).
-        ``loss`` (the scalar the trainer calls ``backward()`` on, or this micro-batch's part of it,
-        computed from ``logprobs`` with grad) makes the monitor measure each token's weight
-        ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
-        untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each
-        row's index into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
+        ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it generated
+        (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``); ``entropy``: the trainer's per-token
+        entropies (``grpo/entropy/*``). ``loss`` (the scalar the trainer calls ``backward()`` on, or this
+        micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's
+        weight ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are
+        untouched); without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index
+        into the latest ``observe_rollout``'s rows (flat order), for the per-group weights.
         """
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
                                  sampler_logprobs=sampler_logprobs, entropy=entropy)
-        self._acc.add_call("observe_loss", dict(got.tensors, mask=got.mask, loss=got.loss))
+        self._acc.add_call("observe_loss", **got.tensors, mask=got.mask, loss=got.loss)
         self._token_layout = self._token_layout or FieldLayout(got.fields)
         self._acc.add_tokens(got.vec, self._token_layout)
         if got.mismatch is not None:
@@ -209,8 +205,8 @@ class GRPOMonitor(NotCopyable):
     def _check(self, synced: SyncedStep) -> list[Violation]:
         """The invariants of what ``synced`` holds (:mod:`~grpo_monitor.step.checks` decides what counts).
 
-        The checks are pure and return data; applied here: the run's estimator lock narrows
-        (``RunState.estimator``), the judgement is kept for the report, the checked slice marked.
+        The checks are pure and return data; applied here: the run's estimator lock narrows (``RunState.estimator``),
+        the judgement is kept for the report, the checked slice marked.
         """
         found: list[Violation] = []
         if synced.has_rollout:
@@ -293,8 +289,7 @@ class GRPOMonitor(NotCopyable):
     # ----------------------------------------------------------- fail-open
     @property
     def disabled_parts(self) -> frozenset[str]:
-        """Parts switched off by an internal fault
-        ("rollout", "generation", "loss", "end_step", "<name> integration")."""
+        """Parts an internal fault switched off ("rollout", "generation", "loss", "end_step", "<name> integration")."""
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
@@ -347,9 +342,8 @@ class GRPOMonitor(NotCopyable):
         self.sinks.finish(failed=failed)
 
     def reopen(self) -> None:
-        """Start a new segment after ``close()`` with the same sinks (they reopen their backends
-        on first use: JSONL appends, W&B opens or attaches a run). The HF integration calls it
-        when ``train()`` starts again on the same trainer."""
+        """Start a new segment after ``close()`` with the same sinks (they reopen their backends on first use: JSONL
+        appends, W&B opens or attaches a run). The HF integration calls it when ``train()`` starts again."""
         with self._lock:
             self.closed, self._closed_by = False, None
             self._run_record_due = True

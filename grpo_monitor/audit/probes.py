@@ -37,13 +37,6 @@ UNIT_SCALE = ("binary", "continuous")
 OFFSET_RESOLUTION = 1e-4
 #: Relative rounding float32 arithmetic may add, in units of G eps32 |reward| / spread.
 ROUNDING_ULPS = 8.0
-#: Permutation equivariance and batch independence hold to this many machine epsilons of the function's own
-#: precision (relative to max |advantage|): float32 reduction order, measured on natively float32 population,
-#: Bessel, leave-one-out, one-pass-variance and MaxRL functions at G = 4..64, moves them by at most 23 eps32
-#: (MaxRL at G = 16, dividing by a group mean near 0; SkyRL's real MaxRL 14 at G = 8); 256 leaves 11x margin,
-#: and a misaligned row moves them by O(1). Never tighter than 1e-6 (the float64 functions' bound).
-EQUIVARIANCE_EPS = 256.0
-EQUIVARIANCE_FLOOR = 1e-6
 #: Success probabilities of the expected-gradient table.
 P_GRID: tuple[str, ...] = ("0.01", "0.05", "0.1", "0.25", "0.5", "0.75", "0.9", "0.99")
 
@@ -270,49 +263,6 @@ def equivariance_error(fn: AdvantageFn, rewards: torch.Tensor, seed: int = 1) ->
     base = call(fn, rewards).to(torch.float64)
     moved = call(fn, rewards.gather(1, perm)).to(torch.float64)
     return relative(moved, base.gather(1, perm))
-
-
-def own_precision(out: torch.Tensor) -> torch.dtype:
-    """The precision the function computed in, read from its output on float64 rewards: the lowest floating dtype
-    that represents every value exactly (a float32 computation cast back to float64 is float32).
-
-    >>> own_precision(torch.tensor([0.1], dtype=torch.float64)), own_precision(torch.tensor([0.1]).double())
-    (torch.float64, torch.float32)
-    """
-    finite = out[torch.isfinite(out)].to(torch.float64)
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        if len(finite) and bool((finite.to(dtype).to(torch.float64) == finite).all()):
-            return dtype
-    return torch.float64
-
-
-def equivariance_tolerance(fn: AdvantageFn, rewards: torch.Tensor) -> float:
-    """The relative tolerance of the equivariance and independence checks: ``EQUIVARIANCE_EPS`` machine epsilons of
-    the function's own precision on ``rewards`` (continuous, float64), at least ``EQUIVARIANCE_FLOOR``."""
-    eps = torch.finfo(own_precision(call(fn, rewards))).eps
-    return max(EQUIVARIANCE_FLOOR, EQUIVARIANCE_EPS * eps)
-
-
-def saturated(rewards: torch.Tensor, adv: torch.Tensor, rel: float = 1e-6) -> bool:
-    """Whether every group with three or more distinct rewards gets at most two distinct advantages (constant or
-    two-valued: a clip or bound reached), and there is such a group.
-
-    >>> r = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
-    >>> saturated(r * 1e4, torch.tensor([[-1.0, -1.0, 1.0, 1.0]])), saturated(r, r - 2.5)
-    (True, False)
-    """
-    r, a = rewards.to(torch.float64), adv.to(torch.float64)
-    scale = float(torch.nan_to_num(a.abs(), nan=0.0).max().clamp(min=1e-300))
-    seen = False
-    for rg, ag in zip(r, a, strict=True):
-        keep = ~torch.isnan(rg)
-        if len(torch.unique(rg[keep])) < 3:
-            continue
-        seen = True
-        values = torch.sort(ag[keep]).values
-        if int((values.diff() > rel * scale).sum()) + 1 > 2:
-            return False
-    return seen
 
 
 def batch_dependence(fn: AdvantageFn, rewards: torch.Tensor) -> float:

@@ -30,7 +30,7 @@ from .. import theory
 from ..config import Tolerances
 from ..estimators import get
 from ..strict_json import json_safe
-from . import probes, registry
+from . import precision, probes, registry
 from .causes import CAUSES, apply_causes, expectation_cause, structural_causes
 from .probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
 
@@ -150,33 +150,6 @@ def excuse_by_design(results: list[ProbeResult], match: Match, batches: dict[str
             v.update(severity=severity, hint=hint)
             named.update({id(v): hint} if severity == "error" else {})
     return named
-
-
-#: What saturation breaks at a probe (the output no longer moves with the rewards), and how it is named.
-SATURATION_BREAKS = ("affine_in_rewards", "zero_group_mean", "degenerate_zero")
-SATURATION = ("saturation, not misalignment: at this probe's reward scale the function's output is constant or "
-              "two-valued in every group (a reward clip or bound reached) while it is affine in the rewards at unit "
-              "scale; rewards this large or offset leave its range")
-
-
-def name_saturation(results: list[ProbeResult], runs: dict[str, dict], batches: dict[str, Probe]) -> list[str]:
-    """Warnings, not errors: a non-unit-scale probe where the function saturates (:func:`probes.saturated`) while
-    the unit-scale probes show it affine. The notes naming each saturated probe."""
-    by_probe = {(p.name, p.dtype): p for p in results}
-    if any(_errors(by_probe[(n, "float64")], "affine_in_rewards") for n in UNIT_SCALE if (n, "float64") in by_probe):
-        return []
-    notes = []
-    for name in (n for n in batches if n not in (*UNIT_SCALE, "constant", "nan_rows")):
-        run = runs["float64"].get(name)
-        if run is None or run[1] is None or not probes.saturated(batches[name].rewards, run[1]):
-            continue
-        found = [v for d in DTYPES if (name, d) in by_probe for v in by_probe[(name, d)].violations
-                 if v["invariant"] in SATURATION_BREAKS]
-        for v in found:
-            v.update(severity="warning", hint=SATURATION)
-        notes += [f"the {name} probe ({batches[name].description}) saturates the function: {SATURATION}"] if found \
-            else []
-    return notes
 
 
 def _outside_domain(domain: str, rewards: torch.Tensor) -> bool:
@@ -320,7 +293,7 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     matches = registry.registry_matches(rows)
     named = excuse_by_design(results, matches[0], batches, runs64, G, components) if matches else {}
     judge_rounding(fn, results, runs, batches)
-    notes += name_saturation(results, runs, batches)
+    notes += precision.name_saturation(results, runs, batches, named)
     violations = [v for p in results for v in p.violations if _counts(p.name, v["invariant"], nan_by_dtype[p.dtype])]
     violations += [_raised(p) for p in results if p.error and p.name != "nan_rows"]
     checks = _extra_checks(fn, batches, runs64, violations)
@@ -356,7 +329,7 @@ def _extra_checks(fn: AdvantageFn, batches: dict[str, Probe], runs64: dict, viol
     try:
         eq, alone = probes.equivariance_error(fn, mixed), probes.batch_dependence(fn, mixed)
         scale = probes.scale_response(fn, batches["continuous"].rewards)
-        tol = probes.equivariance_tolerance(fn, batches["continuous"].rewards)
+        tol = precision.equivariance_tolerance(fn, batches["continuous"].rewards)
     except Exception as exc:  # noqa: BLE001 - e.g. a batch size baked into the function
         violations.append(probes.finding("permutation", "float64", "runs", f"{type(exc).__name__}: {exc}",
                                   "advantages for any batch size", "the function fails on a batch of another size "

@@ -29,9 +29,9 @@ import numpy as np
 
 from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
-from .defects import matching_defect
-from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
 from .classic import ConventionFit, ConventionTracker, classic_of
+from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
+from .defects import matching_defect
 from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
@@ -50,7 +50,7 @@ def replay_needs(est: Estimator) -> tuple[str, ...]:
     return (("reward_components",) if est.multi_reward else ()) + (("lengths",) if needs_lengths else ())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def ignores_groups(name: str | None) -> bool:
     """Whether the registry entry ``name`` gives the same advantages whatever the grouping (a batch baseline and
     batch scale, or whitening with no group baseline), measured on a probe batch: regrouped, nothing changes.

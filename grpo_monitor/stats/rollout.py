@@ -22,7 +22,8 @@ from .segments import Segments, as_segments
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
     ("degenerate", "sum"), ("live", "sum"), ("reward_sum", "sum"), ("question_std_sum", "sum"),
-    ("reward_sq_sum", "sum"), ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"), ("adv_group_mean_abs_max", "max"),
+    ("reward_sq_sum", "sum"), ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"),
+    ("adv_group_mean_abs_max", "max"),
     ("live_adv_std_sum", "sum"), ("degenerate_abs_max", "max"), ("live_scale_sum", "sum"),
     ("inv_k_sum", "sum"), ("live_std_sum", "sum"), ("typ_abs_adv", "max"), ("nonbinary", "sum"),
     # the degenerate split and truncation (split_fields)

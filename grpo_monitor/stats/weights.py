@@ -51,9 +51,10 @@ def unmeasurable(loss: torch.Tensor, logprobs: torch.Tensor | None) -> str | Non
 
 def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[torch.Tensor | None, str | None]:
     """``(w, None)`` with ``w = dloss/dlogprobs`` (zeros where the loss does not use a token), or
-    ``(None, why)``, also when the loss does not depend on ``logprobs`` at all (:data:`UNREACHABLE`: all-zero
-    weights would read as a loss that ignores every token). ``retain_graph=True`` leaves the graph for the trainer's ``backward``, and
-    ``autograd.grad`` accumulates into no ``.grad`` (the parameters' gradients stay untouched)."""
+    ``(None, why)``, also when the loss does not depend on ``logprobs`` at all (:data:`UNREACHABLE`:
+    all-zero weights would read as a loss that ignores every token). ``retain_graph=True`` leaves the graph for
+    the trainer's ``backward``, and ``autograd.grad`` accumulates into no ``.grad`` (the parameters' gradients
+    stay untouched)."""
     why = unmeasurable(loss, logprobs)
     if why is not None or logprobs is None:
         return None, why

@@ -131,12 +131,14 @@ class Accumulator:
     #: the arguments (not None) each observe call of the step passed, by call: what a declared check needs
     calls: dict[str, list[frozenset[str]]] = dataclasses.field(default_factory=dict)
 
-    def add_call(self, call: str, arguments: dict[str, Any]) -> None:
+    def add_call(self, call: str, **arguments: Any) -> None:
         """Note which arguments ``call`` passed (:mod:`grpo_monitor.step.declared` reads them at the step's end)."""
         self.calls.setdefault(call, []).append(frozenset(k for k, v in arguments.items() if v is not None))
 
     def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
-        """Merge a rollout's statistics vector; keep its per-group record."""
+        """Merge a rollout's statistics vector; keep its per-group record (and note which inputs it had)."""
+        self.add_call("observe_rollout", advantages=record.advantages, lengths=record.lengths,
+                      reward_components=record.components)
         self.device = self.device or vec.device
         self.rollout_pending = _merge(ROLLOUT, self.rollout_pending, vec)
         record.detail.stats = _per_group_only(record.detail.stats)

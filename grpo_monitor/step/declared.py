@@ -7,9 +7,9 @@ with :data:`REQUIREMENTS` and each requirement not met is one ``declared_check``
 :class:`~grpo_monitor.violations.Violation`, so JSONL and every sink see it), once per run.
 
 >>> from grpo_monitor import MonitorConfig
->>> [v.observed for v in unmet(MonitorConfig(expect_on_policy=True), {"observe_loss": [{"mask", "logprobs"}]},
-...                            said=set(), step=0)]  # doctest: +ELLIPSIS
-["expect_on_policy=True declares the on_policy check, but no observe_loss call of step 0 passed logprobs= and old_logprobs=; ...
+>>> calls = {"observe_loss": [{"mask", "logprobs"}]}
+>>> [v.observed for v in unmet(MonitorConfig(expect_on_policy=True), calls, said=set(), step=0)]  # doctest: +ELLIPSIS
+['expect_on_policy=True declares the on_policy check, but no observe_loss call of step 0 passed old_logprobs=; ...
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ class Requirement:
         passed = [set(c) for c in calls.get(self.call or "", ()) if set(self.given) <= set(c)]
         if not needs or not passed or any(set(needs) <= c for c in passed):
             return None
-        lacking = sorted(set(needs) - set.union(*passed)) or list(needs)
+        seen: set[str] = set().union(*passed)
+        lacking = sorted(set(needs) - seen) or list(needs)
         args = " and ".join(f"{n}=" for n in lacking)
         if self.given:
             return f"no {self.call} call of step {{step}} that passed {', '.join(self.given)}= also passed {args}"

@@ -72,7 +72,7 @@ def test_scan_names_the_function_and_its_exception(tmp_path):
     module.write_text("def z(r):\n    raise ZeroDivisionError('std of an empty group')\n")
     path = tmp_path / "rollouts.jsonl"
     rows = [{"step": s, "prompt_id": g, "reward": float(r), "advantage": float(a)}
-            for s in range(2) for g in range(3) for r, a in zip(R[g].tolist(), ADV[g].tolist())]
+            for s in range(2) for g in range(3) for r, a in zip(R[g].tolist(), ADV[g].tolist(), strict=True)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     result = scan_rollouts(path, tmp_path / "scan", quiet=True, group_size=4, report=False, tensorboard=False,
                            estimator=f"{module}:z")

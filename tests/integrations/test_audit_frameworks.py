@@ -20,5 +20,4 @@ def test_real_shipped_functions(venv, case):
     assert not [v for v in result["violations"] if v["invariant"] == "permutation_equivariance"]
     assert not [v for v in result["violations"] if "misaligned" in v["hint"]]
     if case == "areal-grpo":
-        assert result["verdict"] != "broken"
         assert [v for v in result["violations"] if v["probe"] == "scale_up" and v["hint"].startswith("saturation")]
