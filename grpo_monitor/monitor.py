@@ -27,10 +27,10 @@ from .run.state import RunState
 from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
-from .step import inputs, observe, policy
+from .step import declared, inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
 from .step.calls import checked
-from .step.checks import check_rollout, token_violations
+from .step.checks import batch_axis_note, check_rollout, token_violations
 from .step.distributed import rank_and_world
 from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
@@ -131,6 +131,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
                                  sampler_logprobs=sampler_logprobs, entropy=entropy)
+        self._acc.add_call("observe_loss", **got.tensors, mask=got.mask, loss=got.loss)
         self._token_layout = self._token_layout or FieldLayout(got.fields)
         self._acc.add_tokens(got.vec, self._token_layout)
         if got.mismatch is not None:
@@ -183,7 +184,8 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = inputs.step_arg(step, self.step)
         synced = self._sync(final=True)
-        return self._finish(synced, self._check(synced))
+        unmet = declared.unmet(self.config, self._acc.calls, said=self._run.said_declared, step=self.step)
+        return self._finish(synced, self._check(synced) + unmet)
 
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
         """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""
@@ -215,6 +217,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
             found, self._run.estimator = checked.found, checked.lock  # the lock narrows here, once
             if checked.judged is not None:
                 self._acc.estimator = checked.judged
+            policy.say_once(batch_axis_note(checked.judged, self.config), self._run.said_declared)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
         if synced.tokens is not None:
             found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches,
@@ -289,8 +292,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     # ----------------------------------------------------------- fail-open
     @property
     def disabled_parts(self) -> frozenset[str]:
-        """Parts switched off by an internal fault
-        ("rollout", "generation", "loss", "end_step", "<name> integration")."""
+        """Parts an internal fault switched off ("rollout", "generation", "loss", "end_step", "<name> integration")."""
         return frozenset(self._guard.disabled)
 
     def _fault(self, part: str) -> None:
@@ -344,8 +346,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
 
     def reopen(self) -> None:
         """Start a new segment after ``close()`` with the same sinks (they reopen their backends on first use: JSONL
-        appends, W&B opens or attaches a run). The HF integration calls it when ``train()`` starts again on the same
-        trainer."""
+        appends, W&B opens or attaches a run). The HF integration calls it when ``train()`` starts again."""
         with self._lock:
             self.closed, self._closed_by = False, None
             self._run_record_due = True

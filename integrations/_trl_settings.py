@@ -78,13 +78,15 @@ def loss_aggregation(trainer: Any) -> dict[str, Any]:
     (``top_entropy_quantile`` 1), no off-policy mask, no vLLM importance weights, ``cispo``'s
     ``epsilon_high`` >= 1 (below 1 it clips the ratio 1 itself), and for the step-scoped
     ``dapo``/``cispo``/``vespo`` one process with ``steps_per_generation == gradient_accumulation_steps``
-    (TRL's denominator is then the step's token count). Elsewhere ``"auto"``: fitted, not checked.
+    (TRL's denominator is then the step's token count), and only for GRPOTrainer's own loss (a subclass
+    that replaces it, as TRL's ``GMPOTrainer`` does, is :func:`replaced_loss`). Elsewhere ``"auto"``: fitted, not
+    checked.
     """
     loss_type = getattr(trainer, "loss_type", None)
     args = trainer.args
     name = f"trl.{loss_type}"
     out: dict[str, Any] = {"loss_aggregation": "auto"}
-    if name not in ALIASES:
+    if name not in ALIASES or replaced_loss(trainer) is not None:
         return out
     vllm_weights = getattr(trainer, "use_vllm", False) and getattr(trainer, "vllm_importance_sampling_correction",
                                                                    False)
@@ -99,6 +101,32 @@ def loss_aggregation(trainer: Any) -> dict[str, Any]:
     if loss_type == "dr_grpo":
         out["loss_normalizer"] = float(trainer.max_completion_length)
     return out
+
+
+#: The methods that compute GRPOTrainer's loss: a subclass's override that never calls the parent's replaces it.
+LOSS_METHODS = ("compute_loss", "_compute_loss")
+
+
+def replaced_loss(trainer: Any) -> str | None:
+    """The class and method of ``trainer`` that replace ``GRPOTrainer``'s loss (None: the stock loss runs).
+
+    An override that calls ``super().<method>`` (code naming ``super`` and the method) keeps the stock loss for
+    ``loss_type``; one that does not (TRL's ``GMPOTrainer._compute_loss``: a geometric mean of the ratios)
+    computes another, so its aggregation is not ``trl.<loss_type>``'s.
+    """
+    try:
+        from trl import GRPOTrainer
+    except ImportError:  # not TRL's trainer: nothing to compare with
+        return None
+    for cls in type(trainer).__mro__:
+        if cls is GRPOTrainer:
+            break
+        for method in LOSS_METHODS:
+            fn = cls.__dict__.get(method)
+            code = getattr(fn, "__code__", None)
+            if fn is not None and (code is None or not {"super", method} <= set(code.co_names)):
+                return f"{cls.__name__}.{method}"
+    return None
 
 
 def trl_rewards(rewards_per_func: torch.Tensor, weights: torch.Tensor, group_size: int,

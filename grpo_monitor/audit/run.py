@@ -26,7 +26,7 @@ from .. import theory
 from ..config import Tolerances
 from ..estimators import get
 from ..strict_json import json_safe
-from . import probes, registry
+from . import precision, probes, registry
 from .causes import CAUSES, apply_causes, expectation_cause, structural_causes
 from .probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
 
@@ -267,6 +267,7 @@ def _judge(fn: AdvantageFn, label: str, G: int, expect: str, batches: dict[str, 
     matches = registry.registry_matches(rows)
     named = excuse_by_design(results, matches[0], batches, runs64, G, components) if matches else {}
     judge_rounding(fn, results, runs, batches)
+    notes += precision.name_saturation(results, runs, batches, named)
     violations = [v for p in results for v in p.violations if _counts(p.name, v["invariant"], nan_by_dtype[p.dtype])]
     violations += [_raised(p) for p in results if p.error and p.name != "nan_rows"]
     checks = _extra_checks(fn, batches, runs64, violations)
@@ -302,17 +303,19 @@ def _extra_checks(fn: AdvantageFn, batches: dict[str, Probe], runs64: dict, viol
     try:
         eq, alone = probes.equivariance_error(fn, mixed), probes.batch_dependence(fn, mixed)
         scale = probes.scale_response(fn, batches["continuous"].rewards)
+        tol = precision.equivariance_tolerance(fn, batches["continuous"].rewards)
     except Exception as exc:  # noqa: BLE001 - e.g. a batch size baked into the function
         violations.append(probes.finding("permutation", "float64", "runs", f"{type(exc).__name__}: {exc}",
                                   "advantages for any batch size", "the function fails on a batch of another size "
                                   "(34 groups, or one group alone): a batch or group size baked in?"))
         return {"equivariant": None, "batch_independent": None, "scale": {}}
-    if eq > 1e-6:
+    if eq > tol:
         violations.append(probes.finding("permutation", "float64", "permutation_equivariance",
-                                  f"relative change {eq:.3g} when responses are permuted within groups",
+                                  f"relative change {eq:.3g} when responses are permuted within groups (the "
+                                  f"function's own precision allows {tol:.2g})",
                                   "advantages follow their responses under any within-group permutation",
                                   "rows misaligned with rewards, or statistics over the wrong axis"))
-    return {"equivariant": eq <= 1e-6, "batch_independent": alone <= 1e-6, "scale": scale}
+    return {"equivariant": eq <= tol, "batch_independent": alone <= tol, "scale": scale}
 
 
 def _expect_violation(expect: str, matches: list[Match], violations: list[dict[str, Any]]) -> None:

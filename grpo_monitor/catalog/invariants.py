@@ -44,6 +44,8 @@ class Invariant:
     promise: str | None = None
     #: A breach that explains an estimator misfit by itself: no ``convention`` finding is added on top.
     root_cause: bool = False
+    #: Each finding is new (its producer says every one once per run): every one is logged and warned.
+    said_once: bool = False
 
     def __str__(self) -> str:
         return self.statement
@@ -148,6 +150,11 @@ _RECORDS = (
               "log-probs renormalised over the nucleus while the trainer scores the full vocabulary, or logits "
               "processed after the log-probs were taken (warning)",
               "tokens", "mismatch_k3", "error", _mismatch),
+    Invariant("declared_check", "every check the config declares receives the inputs it needs, so it runs",
+              "a declared check whose input never arrives (expect_on_policy=True without old_logprobs=, "
+              "on_policy_bitwise=True without expect_on_policy, a declared loss_aggregation with loss= but no "
+              "advantages=, a multi-reward estimator without reward_components=): pass it, or drop the declaration",
+              "steps", None, "warning", lambda cfg: "every declared check's inputs passed", said_once=True),
     Invariant("loss_aggregation", "at ratio 1 without a KL term, every token's loss weight dloss/dlogprob is "
               "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
               "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "

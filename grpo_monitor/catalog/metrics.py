@@ -128,8 +128,9 @@ def _advantages() -> list[Metric]:
            "report's convention; the classic five are 0-4; an id never changes); -2 for your own estimator "
            "(estimators.custom), -1 when none is named (none fits, or an unknown_estimator warning).", **adv),
         _m("grpo/adv/stabilizer", "reward units", FIT, "last (constant in a healthy run)", "The fitted epsilon of "
-           "1/k_g = base_g + epsilon; large next to the reward std, it flattens low-variance groups' advantages.",
-           only_when="the fitted convention has a free stabilizer (not none or leave_one_out)", **adv),
+           "1/k_g = base_g + epsilon (under a batch std: 1/k = batch std + epsilon); large next to the reward std, "
+           "it flattens low-variance groups' advantages. Exactly 0 for none and leave_one_out (no free stabilizer).",
+           only_when="an estimator with a group or batch scale (or none/leave_one_out: 0) is named", **adv),
         _m("grpo/adv/values", "advantage units", ROWS, "one histogram per step", "Finite advantages of up to "
            "1,024 rows sampled evenly; a shape other than a symmetric spread around 0 means a broken estimator.",
            kind="histogram", **adv),

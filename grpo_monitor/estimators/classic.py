@@ -49,6 +49,37 @@ def classic_of(est: Estimator) -> tuple[str, float | None] | None:
     return ("population" if est.params.get("ddof", 0) == 0 else "bessel"), float(est.params.get("eps", 0.0))
 
 
+def reported_epsilon(name: str | None, stabilizer: float | None, rollout: dict[str, float] | None) -> float | None:
+    """``grpo/adv/stabilizer`` as the catalogue states it: epsilon in 1/k = base + epsilon, constant in a healthy run.
+
+    The device fit's stabilizer of a batch-scaled convention is the whole 1/k (the batch std + epsilon): the
+    batch std (``ddof`` of the estimator) is taken off; conventions with no free stabilizer (``none``,
+    ``leave_one_out``) report exactly 0 (their fitted value is rounding noise around 0).
+
+    >>> reported_epsilon("trl.none", 4e-9, None), reported_epsilon("population", 1e-6, None)
+    (0.0, 1e-06)
+    >>> round(reported_epsilon("batch", 0.5 + 1e-4, {"scorable_rows": 4.0, "reward_sum": 2.0, "reward_sq_sum": 2.0}), 9)
+    0.0001
+    """
+    from .registry import ESTIMATORS, get
+
+    if stabilizer is None or name is None or name not in ESTIMATORS:
+        return stabilizer
+    est = get(name)
+    classic = classic_of(est)
+    if classic is None or classic[0] not in (*_PINNED, "batch"):
+        return stabilizer
+    if classic[0] in _PINNED:
+        return 0.0
+    if not rollout:
+        return None
+    n, ddof = rollout.get("scorable_rows", 0.0), float(est.params.get("ddof", 0))
+    if n - ddof <= 0:
+        return None
+    total = rollout["reward_sum"]
+    var = max(rollout["reward_sq_sum"] - total * total / n, 0.0) / (n - ddof)
+    return stabilizer - var ** 0.5
+
 
 @dataclasses.dataclass
 class ConventionFit:

@@ -52,7 +52,7 @@ def custom(fn: Callable[..., Any], *, name: str | None = None, promises: Iterabl
     eps = takes.get("eps")
     params = {"eps": float(eps)} if isinstance(eps, (int, float)) and not isinstance(eps, bool) else {}
     ref = _Reference(fn, "lengths" in takes)
-    source = f"user function {getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+    source = f"user function {ref.label}"
     draft = Estimator(label, ref, params, frozenset(), source, f"your own estimator {label}",
                       fit_param="eps" if params else None, eps_power=None, token_weighted=ref.lengths, id=CUSTOM_ID)
     shown = frozenset(promises) if promises is not None else observed_promises(draft)
@@ -79,11 +79,35 @@ def _keywords(fn: Callable[..., Any]) -> dict[str, Any]:
             and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
 
 
+#: How a replay error caused by the user's own function begins (the judge words its hint from it).
+USER_FUNCTION_FAILED = "your estimator function "
+USER_FUNCTION_HINT = ("your own estimator function raised on the observed rewards: fix it (or declare a registry "
+                      "name); the estimator check cannot run until it returns advantages")
+
+
+class EstimatorFunctionError(ValueError):
+    """Your own estimator function raised: the user's error, naming the function and its exception.
+
+    A ``ValueError`` so a replay reports it as the declared estimator's misfit (a ``convention`` error naming
+    both), never as the monitor's internal fault that would switch the rollout checks off.
+    """
+
+
 class _Reference:
     """``fn`` as a registry reference: flat float64 rows and a group index in, flat float64 out."""
 
     def __init__(self, fn: Callable[..., Any], lengths: bool):
         self.fn, self.lengths = fn, lengths
+        self.label = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
+    def _call(self, grid: torch.Tensor, **kw: Any) -> Any:
+        """``fn(grid, **kw)``; whatever it raises is :class:`EstimatorFunctionError` naming it and the exception."""
+        try:
+            return self.fn(grid, **kw)
+        except Exception as exc:  # noqa: BLE001 - the user's function may fail in any way: theirs to fix
+            raise EstimatorFunctionError(
+                f"{USER_FUNCTION_FAILED}{self.label} raised {type(exc).__name__}: {exc} (on rewards of shape "
+                f"{tuple(grid.shape)}); fix the function or pass the estimator's registry name") from exc
 
     def __call__(self, rewards: np.ndarray, gid: np.ndarray, lengths: np.ndarray | None = None,
                  **params: Any) -> np.ndarray:
@@ -100,7 +124,7 @@ class _Reference:
                 lens = np.zeros_like(grid)
                 lens[dense, lay.pos[rows]] = lengths[rows]
                 kw["lengths"] = torch.from_numpy(lens)
-            adv = _as_numpy(self.fn(torch.from_numpy(grid), **kw), grid.shape)
+            adv = _as_numpy(self._call(torch.from_numpy(grid), **kw), grid.shape)
             out[rows] = adv[dense, lay.pos[rows]]
         nan = np.isnan(rewards)
         bad = ~np.isfinite(out) & ~nan

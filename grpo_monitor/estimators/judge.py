@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ import numpy as np
 from ..catalog.invariants import DEVICE_PROMISES
 from .base import Estimator
 from .classic import ConventionFit, ConventionTracker, classic_of
+from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
+from .defects import matching_defect
 from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
@@ -36,13 +39,44 @@ from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
-def replayable(est: Estimator, rows: Rows | None = None) -> bool:
-    """Whether the monitor can replay ``est`` on ``rows``: multi-reward ones need the reward components,
-    length-weighted baselines the token counts (a whitening is fitted without them)."""
-    if est.multi_reward and (rows is None or rows.components is None):
-        return False
+def replay_needs(est: Estimator) -> tuple[str, ...]:
+    """The ``observe_rollout`` arguments beyond rewards and advantages a replay of ``est`` needs: multi-reward
+    ones the reward components, length-weighted baselines the token counts (a whitening is fitted without them).
+
+    >>> replay_needs(get("trl.normalize_then_sum")), replay_needs(get("population"))
+    (('reward_components',), ())
+    """
     needs_lengths = est.token_weighted and not whitens(est) and est.id != CUSTOM_ID
-    return not needs_lengths or (rows is not None and rows.lengths is not None)
+    return (("reward_components",) if est.multi_reward else ()) + (("lengths",) if needs_lengths else ())
+
+
+@functools.cache
+def ignores_groups(name: str | None) -> bool:
+    """Whether the registry entry ``name`` gives the same advantages whatever the grouping (a batch baseline and
+    batch scale, or whitening with no group baseline), measured on a probe batch: regrouped, nothing changes.
+
+    >>> ignores_groups("roll.batch_norm"), ignores_groups("trl.batch"), ignores_groups("population")
+    (True, False, False)
+    """
+    if name is None or name not in ESTIMATORS:
+        return False
+    est = ESTIMATORS[name]
+    rng = np.random.default_rng(0)
+    rewards = rng.normal(size=(24, 2) if est.multi_reward else 24)
+    lengths = rng.integers(1, 9, 24).astype(float) if est.token_weighted else None
+    split, whole = np.repeat(np.arange(4), 6), np.zeros(24, dtype=np.int64)
+    try:
+        return bool(np.allclose(est(rewards, split, lengths=lengths), est(rewards, whole, lengths=lengths),
+                                rtol=1e-9, atol=1e-12))
+    except ValueError:
+        return False
+
+
+def replayable(est: Estimator, rows: Rows | None = None) -> bool:
+    """Whether the monitor can replay ``est`` on ``rows`` (:func:`replay_needs` given)."""
+    given = {"reward_components": rows is not None and rows.components is not None,
+             "lengths": rows is not None and rows.lengths is not None}
+    return all(given[n] for n in replay_needs(est))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +93,7 @@ class Judgement:
     problem: str | None = None
     groups: tuple = ()  # first offending group labels of a replay mismatch
     unknown: str | None = None
+    hint: str | None = None  # the breach's hint when the registry's does not apply (the user's function raised)
 
 
 class EstimatorJudge:
@@ -155,7 +190,9 @@ class EstimatorJudge:
         groups = tuple(labels[int(group_ids[i])] for i in worst if not per_group[i] <= self._tolerance())
         why = error or (f"max group rms residual {residual:.3g} x typical |advantage| against "
                         f"{est.name} ({est.description})")
-        return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups)
+        hint = USER_FUNCTION_HINT if error is not None and error.startswith(USER_FUNCTION_FAILED) else None
+        return Judgement(est.name, eps, est.promises, f"declared std_convention={est.name!r} but {why}", groups,
+                         hint=hint)
 
     def _auto_replay(self, records: Sequence[Any], fit: ConventionFit, breached: frozenset[str] = frozenset()
                      ) -> Judgement | None:
@@ -191,6 +228,9 @@ class EstimatorJudge:
             groups = tuple(rows.labels[i] for i in breach.groups)
             return dataclasses.replace(j, problem=f"{fit.problem}; and {breach.text}, which no estimator does",
                                        groups=groups)
+        defect = matching_defect(rows.rewards, rows.gid, a, rows.lengths, self._tolerance())
+        if defect is not None:  # finite and monotone, but a shape known to be broken: an error naming it
+            return Judgement(None, None, UNIVERSAL_PROMISES, defect.text(), hint=defect.hint())
         if self.locked is not None:
             return Judgement(self.locked, None, UNIVERSAL_PROMISES, f"the estimator changed between steps: was "
                              f"{self.locked}, now no registry entry fits (the universal invariants still hold)")

@@ -57,6 +57,7 @@ class RunState:
         self.estimator = EstimatorJudge(config)
         self.totals: dict[str, float] = {}  # _TOTALS summed over the run (absent: 0)
         self.counts: Counter[str] = Counter()
+        self.said_declared: set[str] = set()  # declared checks already said to lack an input (step/declared.py)
 
     def redeclare(self, config: MonitorConfig) -> None:
         """A newly declared estimator: a fresh lock, the rest of the memory kept."""

@@ -23,7 +23,8 @@ from .staleness import AGE_FIELDS
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
     ("degenerate", "sum"), ("live", "sum"), ("reward_sum", "sum"), ("question_std_sum", "sum"),
-    ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"), ("adv_group_mean_abs_max", "max"),
+    ("reward_sq_sum", "sum"), ("adv_rows", "sum"), ("adv_sum", "sum"), ("adv_sq_sum", "sum"),
+    ("adv_group_mean_abs_max", "max"),
     ("live_adv_std_sum", "sum"), ("degenerate_abs_max", "max"), ("live_scale_sum", "sum"),
     ("inv_k_sum", "sum"), ("live_std_sum", "sum"), ("typ_abs_adv", "max"), ("nonbinary", "sum"),
     # the degenerate split and truncation (split_fields)
@@ -72,6 +73,7 @@ def rollout_stats(
         rows=s.rows.sum(), scorable_rows=scorable, groups=torch.full_like(scorable, float(num_groups)),
         scored_groups=scored.sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=s.reward_sum.sum(),
         question_std_sum=torch.where(scored, s.std, 0.0).sum(), nonbinary=s.nonbinary,
+        reward_sq_sum=torch.where(torch.isfinite(rewards), rewards * rewards, 0.0).sum(),  # the batch std's
     )
     offending = {"finite": s.nonfinite}
     offending["group_size"] = (s.rows == 1) | ((s.rows != group_size) if group_size else torch.zeros_like(s.live))

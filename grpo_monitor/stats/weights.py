@@ -30,6 +30,12 @@ _COL = {name: i for i, name in enumerate(ROW_COLUMNS)}
 RATIO_ONE = 1e-6  # |logprobs - old_logprobs| (nats) below which a token counts as at ratio 1
 
 
+#: Why weights are not measured when ``loss`` does not depend on ``logprobs`` (autograd finds no path).
+UNREACHABLE = ("loss= is not computed from the logprobs= given: autograd finds no path between them (a .float() "
+               "or .clone() copy of the log-probs the loss used, log-probs of another forward pass, or another "
+               "micro-batch's loss); pass the very tensor the loss was computed from")
+
+
 def unmeasurable(loss: torch.Tensor, logprobs: torch.Tensor | None) -> str | None:
     """Why ``w`` cannot be measured here (None: it can)."""
     if torch.compiler.is_compiling():
@@ -45,8 +51,10 @@ def unmeasurable(loss: torch.Tensor, logprobs: torch.Tensor | None) -> str | Non
 
 def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[torch.Tensor | None, str | None]:
     """``(w, None)`` with ``w = dloss/dlogprobs`` (zeros where the loss does not use a token), or
-    ``(None, why)``. ``retain_graph=True`` leaves the graph for the trainer's ``backward``, and
-    ``autograd.grad`` accumulates into no ``.grad`` (the parameters' gradients stay untouched)."""
+    ``(None, why)``, also when the loss does not depend on ``logprobs`` at all (:data:`UNREACHABLE`:
+    all-zero weights would read as a loss that ignores every token). ``retain_graph=True`` leaves the graph for
+    the trainer's ``backward``, and ``autograd.grad`` accumulates into no ``.grad`` (the parameters' gradients
+    stay untouched)."""
     why = unmeasurable(loss, logprobs)
     if why is not None or logprobs is None:
         return None, why
@@ -54,7 +62,9 @@ def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[
         (w,) = torch.autograd.grad(loss.reshape(()), logprobs, retain_graph=True, allow_unused=True)
     except RuntimeError as exc:  # e.g. logprobs not on loss's graph, or a graph already freed
         return None, f"autograd.grad(loss, logprobs) failed: {exc}"
-    return (torch.zeros_like(logprobs) if w is None else w.detach()), None
+    if w is None:  # no path from logprobs to loss: the loss was not computed from these log-probs
+        return None, UNREACHABLE
+    return w.detach(), None
 
 
 def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | None = None, *, micro: int = 0,

@@ -129,9 +129,17 @@ class Accumulator:
     #: (mask, trainer log-probs, sampler log-probs) of the step's micro-batches with sampler log-probs:
     #: references, read only on a mismatch breach to name the first offending rows
     mismatch_batches: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=list)
+    #: the arguments (not None) each observe call of the step passed, by call: what a declared check needs
+    calls: dict[str, list[frozenset[str]]] = dataclasses.field(default_factory=dict)
+
+    def add_call(self, call: str, **arguments: Any) -> None:
+        """Note which arguments ``call`` passed (:mod:`grpo_monitor.step.declared` reads them at the step's end)."""
+        self.calls.setdefault(call, []).append(frozenset(k for k, v in arguments.items() if v is not None))
 
     def add_rollout(self, vec: torch.Tensor, record: RolloutRecord) -> None:
-        """Merge a rollout's statistics vector; keep its per-group record."""
+        """Merge a rollout's statistics vector; keep its per-group record (and note which inputs it had)."""
+        self.add_call("observe_rollout", advantages=record.advantages, lengths=record.lengths,
+                      reward_components=record.components)
         self.device = self.device or vec.device
         self.rollout_pending = _merge(ROLLOUT, self.rollout_pending, vec)
         record.detail.stats = _per_group_only(record.detail.stats)

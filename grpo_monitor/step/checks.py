@@ -23,7 +23,7 @@ import torch
 
 from ..catalog.invariants import DEVICE_PROMISES, GROUP_INVARIANTS, INVARIANTS, ROOT_CAUSES
 from ..config import MonitorConfig
-from ..estimators.judge import EstimatorJudge, Judgement
+from ..estimators.judge import EstimatorJudge, Judgement, ignores_groups
 from ..stats.rollout import RolloutDetail
 from ..violations import Violation
 
@@ -70,10 +70,24 @@ def rollout_findings(rollout: dict[str, float], records: Sequence, judged: Judge
     if "one_nonzero_per_group" in judged.promises:
         found += passk_violations(records, config, step)
     if judged.problem and not any(v.invariant in ROOT_CAUSES for v in found):
-        found.append(violation("convention", step, judged.problem, config, judged.groups))
+        hint = {"hint": judged.hint} if judged.hint else {}
+        found.append(violation("convention", step, judged.problem, config, judged.groups, **hint))
     if judged.unknown:
         found.append(violation("unknown_estimator", step, judged.unknown, config))
     return found
+
+
+def batch_axis_note(judged: Judgement | None, config: MonitorConfig) -> str | None:
+    """Under ``"auto"``, what to say when the identified estimator ignores the groups the rollout declares (a
+    batch baseline: the wrong normalisation axis for GRPO, whose ``zero_group_mean`` breach it does not promise,
+    so it would pass unseen); None when it uses them, or when an integration or the user declared it."""
+    name = judged.name if judged is not None else None
+    if config.std_convention != "auto" or not ignores_groups(name):
+        return None
+    return (f"grpo-monitor: under std_convention='auto' the advantages fit {name}, which ignores the groups the "
+            "rollout declares (baseline and scale over the whole batch: the wrong normalisation axis for GRPO, "
+            "so group means of the advantages are not 0 and are not checked); if your trainer means to run "
+            f"{name}, declare MonitorConfig(std_convention={name!r}) to silence this")
 
 
 def violation(name: str, step: int, observed: str, config: MonitorConfig, groups: tuple = (), **kw) -> Violation:

@@ -168,7 +168,10 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
         if groups is not None:
             metrics.update(degenerate_split(rollout, groups.kept))
     if estimator is not None:
-        metrics.update(estimator_metrics(estimator.name, estimator.stabilizer))
+        from ..estimators.classic import reported_epsilon
+
+        metrics.update(estimator_metrics(estimator.name, reported_epsilon(estimator.name, estimator.stabilizer,
+                                                                          rollout)))
     if ledger and ledger.get("generation_batches", 0) > 0:
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
     if tokens is not None:

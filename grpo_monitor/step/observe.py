@@ -28,7 +28,7 @@ def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None,
     ``trained_version`` defaults to ``step``."""
     layout = inputs.group_layout(rewards, group_ids, config.group_size)
     adv = inputs.align_rows(advantages, "advantages", layout) if advantages is not None else None
-    tokens = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    tokens = inputs.token_counts(lengths, "lengths", layout) if lengths is not None else None
     questions = inputs.per_group_labels(question_ids, layout) if question_ids is not None else None
     comps, weights = (inputs.align_components(reward_components, reward_weights, layout)
                       if reward_components is not None else (None, None))
@@ -89,7 +89,7 @@ def generation_input(config: MonitorConfig, rewards: Any, *, batch: int, group_i
         return None
     s = group_reward_stats(layout.rewards, layout.segments())
     tokens = torch.zeros((), dtype=torch.float64, device=layout.rewards.device)
-    row_lengths = inputs.align_rows(lengths, "lengths", layout) if lengths is not None else None
+    row_lengths = inputs.token_counts(lengths, "lengths", layout) if lengths is not None else None
     if row_lengths is not None:
         tokens = row_lengths.sum()
     drops = {} if flags is None else drop_fields(layout.rewards.reshape(-1).to(torch.float64), flags, row_lengths,

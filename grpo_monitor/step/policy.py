@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from ..catalog.invariants import INVARIANTS
 from ..config import MonitorConfig
 from ..repro.save import save_repro
 from ..violations import Violation
@@ -39,14 +40,24 @@ def with_repro(found: list[Violation], config: MonitorConfig, step: int, acc: Ac
 
 def warn_found(found: Iterable[Violation], counts: Mapping[str, int], config: MonitorConfig) -> None:
     """Log what is neither ignored nor raised: the 1st, 2nd, 4th, 8th, ... occurrence of an invariant (a
-    recurring warning stays readable), and one ``RuntimeWarning`` per invariant, on its first occurrence."""
+    recurring warning stays readable), and one ``RuntimeWarning`` per invariant, on its first occurrence (every
+    occurrence of an invariant whose findings are each said once, ``said_once``)."""
     for v in found:
         policy = config.policy_for(v.invariant)
         if policy == "ignore" or (policy == "raise" and v.severity == "error"):
             continue
-        count = counts[v.invariant]
-        if count & (count - 1) == 0:
+        count, each = counts[v.invariant], INVARIANTS[v.invariant].said_once
+        if count & (count - 1) == 0 or each:
             log.warning("grpo-monitor: %s (occurrence %d)", v.message(), count)
-        if count == 1:
+        if count == 1 or each:
             warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
                           RuntimeWarning, stacklevel=1)
+
+
+def say_once(text: str | None, said: set[str]) -> None:
+    """Log and warn ``text`` (a note about the run, not a violation) the first time it comes; ``said`` remembers."""
+    if text is None or text in said:
+        return
+    said.add(text)
+    log.warning(text)
+    warnings.warn(text, RuntimeWarning, stacklevel=1)

@@ -45,6 +45,7 @@ class LossWeights:
         self.pending: list[str] = []  # reasons seen inside a trace, announced at the step's end (eagerly)
         self.metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by check)
         self.histograms: dict[str, list[float]] = {}
+        self.derive = False  # whether unmeasured weights are derived from a declared aggregation
 
     def set_reference(self, gid: torch.Tensor, degenerate: torch.Tensor, labels: Sequence[Hashable]) -> None:
         """``observe_rollout``'s rows: ``observe_loss(rows=)`` indexes them."""
@@ -54,7 +55,7 @@ class LossWeights:
                 logprobs: torch.Tensor | None, rows: torch.Tensor | None, derive: bool) -> None:
         """One micro-batch: measure ``w`` when ``loss`` is given (else, with ``derive``, leave it to be
         derived from the declared aggregation at the step's end)."""
-        adv = tensors.get("advantages")
+        adv, self.derive = tensors.get("advantages"), derive
         if adv is None or (loss is None and not derive):
             return
         w = None
@@ -91,8 +92,10 @@ class LossWeights:
         if why in self.announced:
             return
         self.announced.add(why)
-        text = f"grpo-monitor: loss weights not measured ({why}); using weights derived from the declared " \
-               "loss_aggregation (grpo/weights/measured < 1)"
+        then = ("using weights derived from the declared loss_aggregation (grpo/weights/measured < 1)" if self.derive
+                else "with loss_aggregation='auto' these rows have no weights, so the grpo/weights/ keys that need "
+                "them are left out; declare MonitorConfig.loss_aggregation to have them derived")
+        text = f"grpo-monitor: loss weights not measured ({why}); {then}"
         log.warning(text)
         warnings.warn(text, RuntimeWarning, stacklevel=4)
 

@@ -20,15 +20,25 @@ from .grouping import (
     factorize,
     group_layout,
     per_group_labels,
+    token_counts,
     truncation_rows,
 )
 from .ids import id_list, plain_id, plain_state
 from .scalars import finite_number, loss_arg, rows_arg, step_arg, user_metrics
-from .tensors import SUPPORTED, InputError, InputTypeError, InputValueError, as_tensor, boundary, check_kind
+from .tensors import (
+    SUPPORTED,
+    InputError,
+    InputTypeError,
+    InputValueError,
+    as_tensor,
+    boundary,
+    check_kind,
+    check_values,
+)
 
 __all__ = [
     "SUPPORTED", "GroupLayout", "InputError", "InputTypeError", "InputValueError", "align_components", "align_rows",
-    "align_rows_k", "as_tensor", "boundary", "check_kind", "factorize", "finite_number", "group_layout", "id_list",
-    "loss_arg", "per_group_labels", "plain_id", "plain_state", "rows_arg", "step_arg", "truncation_rows",
-    "user_metrics",
+    "align_rows_k", "as_tensor", "boundary", "check_kind", "check_values", "factorize", "finite_number",
+    "group_layout", "id_list", "loss_arg", "per_group_labels", "plain_id", "plain_state", "rows_arg", "step_arg",
+    "token_counts", "truncation_rows", "user_metrics",
 ]

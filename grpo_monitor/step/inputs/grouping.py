@@ -15,7 +15,7 @@ import torch
 
 from ...stats.segments import Segments
 from .ids import id_list, plain_id
-from .tensors import InputTypeError, InputValueError, as_tensor, check_kind
+from .tensors import InputTypeError, InputValueError, as_tensor, check_kind, check_values
 
 
 @dataclasses.dataclass
@@ -115,20 +115,26 @@ def align_rows(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
     return t.reshape(-1).to(torch.float64)
 
 
+def token_counts(value: Any, name: str, layout: GroupLayout) -> torch.Tensor:
+    """Per-row token counts (``lengths``): aligned with the rewards, finite and >= 0, else the user's error
+    naming the first bad entry (a check that consumed a NaN length would fault inside the monitor)."""
+    return align_rows(check_values(as_tensor(value, name), name, negative=False), name, layout)
+
+
 def align_components(value: Any, weights: Any, layout: GroupLayout) -> tuple[torch.Tensor, tuple[float, ...] | None]:
     """Reward components ``(B, G, K)`` (or ``(N, K)``) flattened to ``(N, K)``, and their weights as a tuple."""
     t = align_rows_k(value, layout)
     if weights is None:
         return t, None
-    w = as_tensor(weights, "reward_weights").reshape(-1).to(torch.float64)
-    if len(w) != t.shape[1] or not bool(torch.isfinite(w).all()):
+    w = check_values(as_tensor(weights, "reward_weights"), "reward_weights").reshape(-1).to(torch.float64)
+    if len(w) != t.shape[1]:
         raise InputValueError(f"reward_weights has {len(w)} entries but reward_components has {t.shape[1]} "
                               "components; pass one finite weight per component")
     return t, tuple(float(x) for x in w.tolist())
 
 
 def align_rows_k(value: Any, layout: GroupLayout) -> torch.Tensor:
-    t = as_tensor(value, "reward_components")
+    t = check_values(as_tensor(value, "reward_components"), "reward_components", nan=True)  # NaN: unscored cell
     if t.device != layout.rewards.device:
         raise InputValueError(f"reward_components is on {t.device} but rewards is on {layout.rewards.device}; "
                               "pass both on one device")
@@ -146,9 +152,12 @@ def truncation_rows(truncated: Any, lengths: torch.Tensor | None, max_length: in
     if truncated is None:
         return None if lengths is None or max_length is None else (lengths >= max_length).to(torch.float64)
     t = as_tensor(truncated, "truncated")
-    if t.dtype != torch.bool and not bool(((t == 0) | (t == 1)).all()):
-        raise InputValueError(f"truncated must be bool (or 0/1) per row, but holds other values: "
-                              f"{sorted(set(t.reshape(-1).tolist()) - {0, 1})[:5]}")
+    bad = (t != 0) & (t != 1) if t.dtype != torch.bool else None
+    if bad is not None and bool(bad.any()):
+        index = torch.nonzero(bad)[0].tolist()
+        raise InputValueError(f"truncated{''.join(f'[{i}]' for i in index)} is {t[tuple(index)].item()!r}; truncated "
+                              f"must be bool (or 0/1) per row, but holds other values: "
+                              f"{sorted(set(t[bad].tolist()), key=str)[:5]}")
     return align_rows(t.to(torch.float64), "truncated", layout)
 
 

@@ -64,6 +64,30 @@ SUPPORTED = ("supported: dense (strided) real tensors with data (any float, inte
              "but meta), numpy arrays and lists of numbers")
 
 
+def check_values(tensor: torch.Tensor, name: str, *, nan: bool = False, negative: bool = True) -> torch.Tensor:
+    """Refuse the values a check cannot consume: infinities, NaN (unless ``nan``), negatives (unless ``negative``),
+    naming ``name``, the first bad index and its value; ``tensor`` is returned unchanged.
+
+    >>> check_values(torch.tensor([[3., 2.], [float("nan"), 1.]]), "lengths", negative=False)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    grpo_monitor.step.inputs.InputValueError: lengths[1][0] is nan; lengths must be finite numbers >= 0 ...
+    """
+    if not tensor.is_floating_point() and (negative or tensor.dtype == torch.bool):
+        return tensor
+    bad = ~torch.isfinite(tensor) if tensor.is_floating_point() else torch.zeros_like(tensor, dtype=torch.bool)
+    if nan:
+        bad &= ~torch.isnan(tensor)
+    if not negative:
+        bad |= tensor < 0
+    if not bool(bad.any()):
+        return tensor
+    index = torch.nonzero(bad)[0].tolist()
+    value = tensor[tuple(index)].item()
+    want = "finite numbers" + (" or NaN" if nan else "") + ("" if negative else " >= 0")
+    raise InputValueError(f"{name}{''.join(f'[{i}]' for i in index)} is {value!r}; {name} must be {want} "
+                          f"({int(bad.sum())} of {bad.numel()} entries bad); fix them at their source")
+
+
 def check_kind(tensor: torch.Tensor, name: str) -> None:
     """Refuse the tensor kinds the statistics cannot read, naming ``name``, the kind and what is taken.
 
