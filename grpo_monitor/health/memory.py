@@ -22,6 +22,9 @@ class Memory:
         self.series: dict[str, deque[float]] = {}
         self.first: dict[str, list[float]] = {}
         self.totals: dict[str, float] = {}
+        #: Wall-clock totals (seconds between steps): this process's only, never saved (a resumed run would not
+        #: match the uninterrupted one, and the time of another process is not this one's).
+        self.clock: dict[str, float] = {}
 
     def push(self, name: str, value: float) -> None:
         """Append a finite ``value`` to series ``name`` (NaN and infinities are skipped)."""
@@ -42,13 +45,14 @@ class Memory:
         values = self.first.get(name)
         return float(np.median(values)) if values else math.nan
 
-    def add(self, name: str, value: float) -> float:
-        """Add ``value`` to the run total ``name``; the new total."""
-        self.totals[name] = self.totals.get(name, 0.0) + float(value)
-        return self.totals[name]
+    def add(self, name: str, value: float) -> None:
+        """Add ``value`` to the run total ``name`` (a wall-clock total when ``name`` ends in ``seconds``)."""
+        totals = self.clock if name.endswith("seconds") else self.totals
+        totals[name] = totals.get(name, 0.0) + float(value)
 
     def total(self, name: str) -> float:
-        return self.totals.get(name, 0.0)
+        """The run total ``name`` (0 before any)."""
+        return (self.clock if name.endswith("seconds") else self.totals).get(name, 0.0)
 
     def state_dict(self) -> dict[str, Any]:
         return {"series": {k: list(v) for k, v in self.series.items()},
