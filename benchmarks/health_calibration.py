@@ -42,6 +42,9 @@ def summarize(name: str, reports: list, seconds: float) -> dict:
             "truncated_mean": _mean(judged, "grpo/rows/truncated_rate"),
             "zero_gradient_share": _last(judged, "grpo/health/zero_gradient_steps"),
             "entropy_first_last": (collapse[0][2], collapse[-1][2]) if collapse else None,
+            "reward_first_last_10": (_mean(judged[:10], "grpo/reward/mean"), _mean(judged[-10:], "grpo/reward/mean")),
+            "findings_active_share": {n: round(c / len(judged), 3) for n, c in Counter(
+                f.name for r in judged for f in r.health.active).items()},
             "entropy_trace": collapse}
 
 
