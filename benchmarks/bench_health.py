@@ -73,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_health: {len(history)} questions in history, {args.groups} groups per step, {args.steps} steps")
     print(f"  health layer per step: median {statistics.median(health_us):.0f} us, p99 {p99:.0f} us "
           f"(goal <= 1000 us)")
-    print(f"  history fold per step (existing per-question work, for scale): median {statistics.median(fold_us):.0f} us")
+    fold = statistics.median(fold_us)
+    print(f"  history fold per step (existing per-question work, for scale): median {fold:.0f} us")
     print(f"  questions.json of the whole history: {write_ms:.1f} ms per write (every 50 steps and at the end)")
     return 0
 

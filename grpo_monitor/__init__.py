@@ -38,9 +38,9 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
     from .catalog.findings import FINDINGS as FINDINGS
     from .catalog.metrics import METRICS as METRICS
-    from .errors import RunStalled as RunStalled
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
+    from .errors import RunStalled as RunStalled
     from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport

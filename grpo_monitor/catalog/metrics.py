@@ -20,6 +20,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 
+from .health_metrics import health_entries
 from .invariants import INVARIANTS
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
@@ -38,7 +39,6 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .health_metrics import health_entries
 from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 

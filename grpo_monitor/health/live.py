@@ -12,7 +12,6 @@ from ..run.history import QuestionHistory
 from .state import FindingState, HealthUpdate, QuestionSupply
 from .tracker import HealthTracker
 
-
 #: A step is judged when its report has one of these (a rollout, or the loss's tokens).
 JUDGED = ("grpo/groups/total", "grpo/tokens/valid")
 

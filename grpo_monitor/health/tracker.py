@@ -72,7 +72,8 @@ class HealthTracker:
         trends.fold(x)
         if supply is not None:
             out.update({f"grpo/health/supply_{k}_frac": v for k, v in supply.shares().items()})
-        opened, cleared = [], []
+        opened: list[str] = []
+        cleared: list[str] = []
         for name, rule in RULES.items():
             finding = FINDINGS[name]
             found = rule(x, finding.patience)
