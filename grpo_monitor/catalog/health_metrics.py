@@ -23,6 +23,9 @@ def health_entries() -> list[Metric]:
            "Share of the step's generation whose advantage is zero: valid tokens outside live rows (all of them "
            "when no token is valid), else degenerate groups; discarded groups of dynamic sampling count as wasted.",
            **h),
+        _m("grpo/alerts", "markdown", "written by the TensorBoard sink at the latest report's step", "one entry per "
+           "alert", "TensorBoard's text for an alert (TensorBoard has no alerts): a run-health finding's onset or "
+           "clearing, a part switched off.", kind="text", only_when="the TensorBoard sink got an alert", **h),
         *(_m(f"grpo/health/supply_{c}_frac", "fraction", HEALTH, "last", f"Share of the questions seen twice or "
              f"more (all seen, before any repeats) that were {text}.", panel=supply, needs="question_ids", **h)
           for c, text in (("saturated", "saturated at every sighting (every group all at the batch's top reward)"),

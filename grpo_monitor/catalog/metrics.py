@@ -64,7 +64,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Weights", ("grpo/weights/",)),
     ("Monitor", ("grpo/monitor/", "grpo/config")),
     ("Integrations", ("grpo/trl/", "grpo/verl/", "grpo/hf/")),
-    ("Health", ("grpo/health/",)),
+    ("Health", ("grpo/health/", "grpo/alerts")),
 )
 
 
