@@ -5,7 +5,7 @@ atomically (written under a fresh name, then renamed: a reader never sees half a
   ``grpo/health/*`` figures), rewritten every step that has one;
 - ``questions.json``: every question's supply class (saturated, unsolved, learnable), for
   ``grpo-monitor questions RUN``; rewritten every ``questions_every`` steps (JSONLSink: 50) that changed it
-  and at the end (10^5 questions: about 0.3 s per write on a loaded 2-core machine, docs/health.md).
+  and at the end (10^5 questions: 33 ms per write, docs/health.md).
 """
 
 from __future__ import annotations
