@@ -31,6 +31,7 @@ def _backticked(text: str) -> list[str]:
     return [m.split("=")[0] for m in re.findall(r"`([A-Za-z_.]+(?:=[^`]*)?)`", text)]
 
 
+@pytest.mark.slow  # importing trl takes tens of seconds on a loaded machine
 def test_trl_remedies_name_grpo_config_fields():
     """Every `option` of a TRL remedy is a field of the installed trl.GRPOConfig (or the dataset's filter)."""
     trl = pytest.importorskip("trl")
