@@ -52,6 +52,6 @@ def test_verl_remedies_name_config_keys():
     missing = []
     for option in sorted(named):
         leaf_and_parent = option.split(".")[-2:]
-        if not re.search(rf"^\s*{leaf_and_parent[0]}:.*(\n\s+.*)*?\n\s*{leaf_and_parent[1]}:", text, re.M):
+        if not all(re.search(rf"^\s*{key}:", text, re.M) for key in leaf_and_parent):
             missing.append(option)
     assert missing == []
