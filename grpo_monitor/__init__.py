@@ -31,11 +31,13 @@ _LAZY = {
     "replay": "repro.replay",
     "METRICS": "catalog.metrics",
     **{name: "errors" for name in _errors.__all__},  # a new error: defined and listed in errors.py, exported here
+    "FINDINGS": "catalog.findings",
 }
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
+    from .catalog.findings import FINDINGS as FINDINGS
     __version__: str
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
@@ -50,6 +52,7 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .errors import UnknownEstimatorError as UnknownEstimatorError
     from .errors import UnsafeOutputError as UnsafeOutputError
     from .errors import UnsafePathError as UnsafePathError
+    from .errors import RunStalled as RunStalled
     from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport

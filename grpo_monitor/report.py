@@ -33,6 +33,12 @@ class StepReport:
     #: The trainer's own logged values against the exact ones, one row per audited key
     #: (``GRPOMonitor.audit_trainer_metrics``; ``grpo_monitor.step.trainer_audit.AuditRow``).
     trainer_metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The run-health verdict of the step (:class:`grpo_monitor.health.HealthUpdate`), None when not evaluated;
+    #: the JSONL record's ``"health"`` field.
+    health: Any = None
+    #: The supply class ("saturated", "unsolved", "learnable") of each question this step folded into the
+    #: history, by question id (the JSONL sink keeps ``questions.json`` from it); not part of the JSONL record.
+    question_classes: dict[Any, str] = dataclasses.field(default_factory=dict)
 
     @property
     def estimator(self) -> str | None:
@@ -51,4 +57,5 @@ class StepReport:
             "flagged_questions": [str(q) for q in self.flagged_questions],
             **({"run": self.run} if self.run is not None else {}),
             **({"trainer_metrics": self.trainer_metrics} if self.trainer_metrics else {}),
+            **({"health": self.health.to_dict()} if self.health is not None else {}),
         }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 
+from .health_metrics import health_entries
 from .invariants import INVARIANTS
 from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
@@ -64,6 +65,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Weights", ("grpo/weights/",)),
     ("Monitor", ("grpo/monitor/", "grpo/config")),
     ("Integrations", ("grpo/trl/", "grpo/verl/", "grpo/hf/")),
+    ("Health", ("grpo/health/", "grpo/alerts")),
 )
 
 
@@ -317,7 +319,7 @@ def _catalogue() -> Mapping[str, Metric]:
     entries = [*_groups(), *rollout_entries(), *age_entries(), *drop_entries(), *_advantages(), *_kl(),
                *seq_ratio_entries(), *mismatch_entries(),
                *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
-               *_monitor_and_integrations()]
+               *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..report import StepReport
 from .base import Sink
+from .snapshots import RunSnapshots
 
 
 def _default(value: Any) -> Any:
@@ -59,7 +60,8 @@ class JSONLSink(Sink):
     name = "jsonl"
     synchronous = True
 
-    def __init__(self, path: str | os.PathLike, fsync: bool = True, *, private: bool = False):
+    def __init__(self, path: str | os.PathLike, fsync: bool = True, questions_every: int = 50, *,
+                 private: bool = False):
         self.path = Path(path)
         self.fsync = bool(fsync)
         #: A path the monitor chose itself (the fallback log): its folder and file are owner-checked and never
@@ -67,6 +69,7 @@ class JSONLSink(Sink):
         self.private = bool(private)
         self._fd: int | None = None
         self._torn = False  # the last write failed: the file may end in its partial line
+        self.snapshots = RunSnapshots(self.path.parent, questions_every)
 
     def _open(self) -> int:
         if self._fd is None:
@@ -93,7 +96,9 @@ class JSONLSink(Sink):
         return os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log_report(self, report: StepReport) -> None:
+        """The step's line, then ``health.json`` (each step with a health verdict) and ``questions.json``."""
         self.write_record(report.to_dict())
+        self.snapshots.update(report)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.write_record({"step": step, "metrics": metrics})
@@ -113,6 +118,7 @@ class JSONLSink(Sink):
                 raise
 
     def finish(self, failed: bool = False) -> None:
+        self.snapshots.flush()
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:

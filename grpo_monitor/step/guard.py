@@ -26,6 +26,7 @@ import torch
 
 from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
 from ..errors import MonitorClosedError as MonitorClosedError  # its home; this old path keeps working
+from ..errors import RunStalled
 from ..violations import InvariantViolation
 from .calls import check_call
 from .inputs import InputError
@@ -66,7 +67,7 @@ class Guarded(Protocol):
 
 
 #: Exceptions that are the point of a call, never the monitor's own fault.
-PROPAGATE = (InvariantViolation, InputError, MonitorClosedError)
+PROPAGATE = (InvariantViolation, RunStalled, InputError, MonitorClosedError)
 
 
 def ensure_open(monitor: Guarded, call: str) -> None:
