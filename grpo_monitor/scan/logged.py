@@ -68,13 +68,28 @@ NOT_MAPPED: dict[str, str] = {
     "gen_kl_error": "NeMo-RL's KL of the configured reference_policy_kl_type (k3_mean only when it is k3)",
 }
 
+# --- run health (``grpo-monitor doctor``): the trainer's own summary scalars, read by doctor only -----------
+#: A scan never hands these to the monitor (it computes them exactly from the rollouts); doctor reads them
+#: where a recording holds no rollouts, and says which figure came from the trainer's scalar.
+HEALTH_KEYS: tuple[LoggedKey, ...] = (
+    LoggedKey("TRL", "frac_reward_zero_std", "grpo/trl/frac_reward_zero_std",
+              "share of groups whose float32 reward std is 0 (a constant non-dyadic reward can read std > 0: "
+              "it undercounts degenerate groups)"),
+    LoggedKey("TRL", "reward", "grpo/reward/mean", "mean of the summed (weighted) rewards over the batch"),
+    LoggedKey("TRL", "completions/mean_length", "grpo/tokens/response_length_mean",
+              "mean completion length in tokens, truncated completions included"),
+    LoggedKey("verl", "critic/score/mean", "grpo/reward/mean", "mean sequence score over the batch"),
+    LoggedKey("verl", "response_length/mean", "grpo/tokens/response_length_mean", "mean response length in tokens"),
+)
+# --- end of run health --------------------------------------------------------------------------------------
+
 _BY_SOURCE = {k.source: k for k in LOGGED_KEYS}
 #: What a logger puts before the framework's key (transformers' ``rewrite_logs``, NeMo-RL's logger).
 _PREFIXES = ("train/",)
 _EVENTS = "events.out.tfevents*"
 
 
-def monitor_key(tag: str) -> LoggedKey | None:
+def monitor_key(tag: str, by_source: dict[str, LoggedKey] | None = None) -> LoggedKey | None:
     """The mapping of a logged tag (with or without a logger's ``train/`` prefix), or None.
 
     >>> monitor_key("train/rollout_corr/k3_kl").key
@@ -82,8 +97,9 @@ def monitor_key(tag: str) -> LoggedKey | None:
     >>> monitor_key("eval/entropy") is None
     True
     """
+    table = _BY_SOURCE if by_source is None else by_source
     for prefix in ("", *_PREFIXES):
-        if tag.startswith(prefix) and (entry := _BY_SOURCE.get(tag[len(prefix):])) is not None:
+        if tag.startswith(prefix) and (entry := table.get(tag[len(prefix):])) is not None:
             return entry
     return None
 
@@ -96,11 +112,12 @@ class LoggedMetrics:
     kind: str  # "wandb", "tensorboard" or "jsonl"
     by_step: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     found: dict[str, LoggedKey] = dataclasses.field(default_factory=dict)  # logged tag -> mapping
+    by_source: dict[str, LoggedKey] | None = None  # the mapping read (None: LOGGED_KEYS)
 
     def add(self, step: Any, tag: str, value: Any) -> None:
         """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
         infinite or a float-overflowing number is no measurement, as the W&B and TensorBoard readers see it)."""
-        entry, number, at = monitor_key(tag), _finite(value), _finite(step)
+        entry, number, at = monitor_key(tag, self.by_source), _finite(value), _finite(step)
         if entry is None or number is None or at is None:
             return
         self.found.setdefault(tag, entry)
@@ -111,21 +128,23 @@ class LoggedMetrics:
         return self.by_step.get(step, {})
 
 
-def read_logged(path: str | Path) -> LoggedMetrics:
+def read_logged(path: str | Path, keys: tuple[LoggedKey, ...] | None = None) -> LoggedMetrics:
     """The mapped sampler-side metrics of a recording at ``path``: an offline W&B run folder (or a folder
-    holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log."""
-    p = Path(path)
+    holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log.
+
+    ``keys``: the mapping to read (default :data:`LOGGED_KEYS`; doctor adds :data:`HEALTH_KEYS`)."""
+    p, by_source = Path(path), None if keys is None else {k.source: k for k in keys}
     if not p.exists():
         raise ScanInputError(f"--metrics {p}: no such file or folder")
     run = _wandb_run(p) if p.is_dir() else None
     if run is not None:
-        return _from_wandb(run)
+        return _from_wandb(run, by_source)
     events = [p] if p.is_file() and p.name.startswith("events.out.tfevents") else sorted(p.rglob(_EVENTS)) \
         if p.is_dir() else []
     if events:
-        return _from_tensorboard(p, events)
+        return _from_tensorboard(p, events, by_source)
     if p.is_file():
-        return _from_jsonl(p)
+        return _from_jsonl(p, by_source)
     raise ScanInputError(f"--metrics {p}: expected an offline W&B run folder (run-*.wandb), TensorBoard event files "
                          "(events.out.tfevents.*) or a JSON Lines metrics log, but found none of them")
 
@@ -142,7 +161,7 @@ def _wandb_run(path: Path) -> Path | None:
     return runs[0] if runs else None
 
 
-def _from_wandb(run: Path) -> LoggedMetrics:
+def _from_wandb(run: Path, by_source: dict[str, LoggedKey] | None = None) -> LoggedMetrics:
     from ..sinks.wandb_reader import history_rows, read_wandb_records
 
     wandb_file = sorted(run.glob("run-*.wandb"))[-1]
@@ -155,7 +174,7 @@ def _from_wandb(run: Path) -> LoggedMetrics:
         rows = history_rows(records)
     except ValueError as exc:  # a value too deep, out of range or not JSON (the text names the item)
         raise ScanInputError(f"--metrics {wandb_file}: {exc}") from None
-    out = LoggedMetrics(run, "wandb")
+    out = LoggedMetrics(run, "wandb", by_source=by_source)
     for row in rows:
         step = row.get("train/global_step", row.get("_step"))  # transformers logs the trainer's step beside
         for tag, value in _flat(row):
@@ -186,14 +205,14 @@ def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{key}", value
 
 
-def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
+def _from_tensorboard(root: Path, events: list[Path], by_source: dict[str, LoggedKey] | None = None) -> LoggedMetrics:
     try:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
         from tensorboard.util import tensor_util
     except ImportError:
         raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
                              "(`pip install grpo-monitor[tensorboard]`)") from None
-    out = LoggedMetrics(root, "tensorboard")
+    out = LoggedMetrics(root, "tensorboard", by_source=by_source)
     for path in events:
         check_regular(path, root if root.is_dir() else None)
         for event in EventFileLoader(str(path)).Load():
@@ -206,9 +225,9 @@ def _from_tensorboard(root: Path, events: list[Path]) -> LoggedMetrics:
     return out
 
 
-def _from_jsonl(path: Path) -> LoggedMetrics:
+def _from_jsonl(path: Path, by_source: dict[str, LoggedKey] | None = None) -> LoggedMetrics:
     """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
-    out = LoggedMetrics(path, "jsonl")
+    out = LoggedMetrics(path, "jsonl", by_source=by_source)
     for number, raw in _lines(path):  # bounded: the line and file limits, linear in a long line
         try:
             record = loads(raw, f"--metrics {path}", number)  # too deep or out of range: worded
