@@ -29,12 +29,16 @@ _LAZY = {
     "load_repro": "repro.replay",
     "replay": "repro.replay",
     "METRICS": "catalog.metrics",
+    "RunStalled": "errors",
+    "FINDINGS": "catalog.findings",
 }
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
+    from .catalog.findings import FINDINGS as FINDINGS
     from .catalog.metrics import METRICS as METRICS
+    from .errors import RunStalled as RunStalled
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
     from .estimators.registry import ESTIMATORS as ESTIMATORS

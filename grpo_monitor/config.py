@@ -158,6 +158,15 @@ class MonitorConfig(BaseModel):
         None, gt=0, description="T of constant_normalizer (tokens per response, e.g. max_completion_length); "
         "None: fitted",
     )
+    halt_on: tuple[str, ...] = Field(
+        (), description="run-health findings that stop the run with RunStalled once open (held for their "
+        "patience): finding names (grpo_monitor.health.FINDINGS) or severities ('degraded', 'stalled': that "
+        "severity or worse); empty (the default): a finding never stops training")
+    gpu_hour_cost: float | None = Field(
+        None, ge=0, description="cost of one accelerator-hour (any currency): degenerate_dominated then says "
+        "what its wasted generation cost, for all the run's processes together")
+    entropy_floor: float = Field(
+        0.05, ge=0, description="mean token entropy (nats) entropy_collapse counts the steps to")
     strict: bool = Field(False, description="re-raise the monitor's own faults (for tests) instead of failing open")
 
     def __init__(self, **data: Any) -> None:
@@ -234,6 +243,18 @@ class MonitorConfig(BaseModel):
         if value not in known_names():
             raise ValueError(f"unknown loss aggregation {value!r}; expected one of {known_names()}")
         return value
+
+    @field_validator("halt_on", mode="before")
+    @classmethod
+    def _known_findings(cls, value: Any) -> Any:
+        from .catalog.findings import FINDINGS, SEVERITIES
+
+        names = (value,) if isinstance(value, str) else value
+        unknown = sorted(str(v) for v in names if v not in FINDINGS and v not in SEVERITIES)
+        if unknown:
+            raise ValueError(f"unknown finding(s) or severit(ies) {unknown}; expected names from "
+                             f"{sorted(FINDINGS)} or severities {list(SEVERITIES)}")
+        return tuple(names)
 
     @field_validator("clip_range")
     @classmethod

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from .config import MonitorConfig
+from .errors import RunStalled
+from .health.live import LiveHealth
 from .report import StepReport
 from .run.record import integration_arg, run_record
 from .run.saved import check_config, validate_state
@@ -66,6 +68,7 @@ class GRPOMonitor(NotCopyable):
         self._closed_by: str | None = None  # why: shown by a call on the closed monitor
         self._lock = threading.RLock()  # one lock for every public call (see guard.py)
         self._run = RunState(cfg)  # what crosses steps (run_state.py)
+        self._health = LiveHealth(cfg, gpus=self.world)  # run-health findings (health/)
         self._guard = Faults()  # the monitor's own faults: parts switched off, streaks (guard.py)
         self._acc = Accumulator()  # this step, on the device (accumulator.py)
         self._token_layout: FieldLayout | None = None
@@ -147,6 +150,7 @@ class GRPOMonitor(NotCopyable):
             return
         self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
         self._run.redeclare(self.config)
+        self._health.declare(self.config, self._health.tracker.context.integration)
         self._run_record_due = True
 
     @locked
@@ -154,6 +158,7 @@ class GRPOMonitor(NotCopyable):
         """Name the integration feeding this monitor (``"trl"``, ...) and the trainer settings that decide which
         metric families it logs (TRL's ``beta``, ...); the next report carries them (:mod:`.run.record`)."""
         self._integration = integration_arg(name, settings)
+        self._health.declare(self.config, self._integration[0])
         self._run_record_due = True
 
     def run_record(self) -> dict[str, Any]:
@@ -230,15 +235,16 @@ class GRPOMonitor(NotCopyable):
         self._record(found)
         raising = [v for v in found if self._raises(v)]
         report = self._report(synced, failed=bool(raising))
-        if raising:
-            self.closed, self._closed_by = True, f"the invariant breach at step {self.step} closed it"
+        halting = () if raising else self._health.halting(report)
+        if raising or halting:
+            why = "invariant breach" if raising else "stall"
+            report.failed, self.closed, self._closed_by = True, True, f"the {why} at step {self.step} closed it"
         self._emit(report)
-        if raising:
+        if raising or halting:
             self.sinks.finish(failed=True)
-            raise InvariantViolation(raising)
+            raise InvariantViolation(raising) if raising else RunStalled(halting)
         return report
 
-    # ---------------------------------------------------------------- policies
     def _raises(self, v: Violation) -> bool:
         """An error-severity breach under the ``"raise"`` policy (:func:`~grpo_monitor.step.policy.raises`)."""
         return policy.raises(v, self.config)
@@ -251,11 +257,8 @@ class GRPOMonitor(NotCopyable):
 
     # ------------------------------------------------------------------ report
     def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
-        """Steps 3-4: the run state's update and the assembled report.
-
-        Neither is checking: a fault here (a metric, the question history) is logged
-        (traceback once) and counted, and the report keeps the step's violations.
-        """
+        """Steps 3-4: the run state's update, the assembled report and its run health. Neither is checking: a
+        fault here is logged (traceback once) and counted, and the report keeps the step's violations."""
         acc = self._acc
         rollout = ROLLOUT.to_dict(acc.rollout_checked.tolist()) if acc.rollout_checked is not None else None
         try:
@@ -273,11 +276,14 @@ class GRPOMonitor(NotCopyable):
         report.metrics.update(self._guard.health(self.sinks.dropped()))
         if self._run_record_due:
             report.run, self._run_record_due = self.run_record(), False
+        if "health" not in self._guard.disabled or self._guard.retry("health", self.step):
+            guarded_part(self, "health", self._health.evaluate, report, self._run.questions.history)
         return report
 
     def _emit(self, report: StepReport) -> None:
-        """Hand ``report`` to the sinks; the next step starts empty."""
+        """Hand ``report`` to the sinks (a finding's onset or clearing also as an alert); the next step starts empty."""
         self.sinks.emit(report, config=lambda: run_params(self.config))
+        LiveHealth.alert(report, self.sinks)
         self._steps_ended += 1
         self._guard.retried.clear()
         self.step = report.step + 1
@@ -312,11 +318,9 @@ class GRPOMonitor(NotCopyable):
 
     # --------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """Finish every sink (flushing what they still queue). A second ``close()`` does nothing.
-
-        After it, every observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError``
-        (a ``RuntimeError``) naming the call; ``state_dict()`` still works.
-        """
+        """Finish every sink (flushing what they still queue). A second ``close()`` does nothing. After it, every
+        observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError`` naming the call; ``state_dict()``
+        still works."""
         with self._lock:
             if not self.closed and self._unfinished():
                 self._end_unfinished()
@@ -328,11 +332,7 @@ class GRPOMonitor(NotCopyable):
 
     def _end_unfinished(self) -> None:
         """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""
-        text = f"grpo-monitor: close() ended step {self.step}, which had data observed but no end_step()"
-        if not self._steps_ended:
-            text += ("; end_step() was never called on this monitor: call it once per training step (the "
-                     "integrations do), else nothing reaches the sinks until close()")
-        warnings.warn(text, RuntimeWarning, stacklevel=3)
+        warnings.warn(policy.unfinished_text(self.step, self._steps_ended), RuntimeWarning, stacklevel=3)
         self.end_step()
 
     def _close(self, failed: bool) -> None:
@@ -363,8 +363,8 @@ class GRPOMonitor(NotCopyable):
             self._close(failed=True)
 
     @property
-    def tracked_questions(self) -> int:
-        """Questions the per-question history holds now (at most ``config.history_cap``)."""
+    def tracked_questions(self) -> int:  # at most config.history_cap
+        """Questions the per-question history holds now."""
         return len(self._run.questions.history)
 
     @property
@@ -379,7 +379,7 @@ class GRPOMonitor(NotCopyable):
         so ``json.dumps`` and ``torch.load(weights_only=True)`` take it.
         """
         with self._lock:
-            return {"step": self.step, **self._run.state_dict()}
+            return {"step": self.step, **self._run.state_dict(), "health": self._health.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
         """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
@@ -390,9 +390,9 @@ class GRPOMonitor(NotCopyable):
         with self._lock:
             saved = validate_state(state)
             check_config(saved, self.config, allow_config_change)
-            run = RunState(self.config)
+            run, health = RunState(self.config), self._health.restored(saved.health)
             run.load_state_dict(saved.model_dump())
-            self._run, self.step = run, saved.step
+            self._run, self._health, self.step = run, health, saved.step
 
 
 def _is_rank_zero() -> bool:

@@ -30,6 +30,12 @@ class StepReport:
     #: The run record, on the first report of a monitor (and after a re-declaration or a reopen):
     #: ``{"integration": "trl" | "verl" | ... | "api", "settings": {...}, "config": MonitorConfig fields}``.
     run: dict[str, Any] | None = None
+    #: The run-health verdict of the step (:class:`grpo_monitor.health.HealthUpdate`), None when not evaluated;
+    #: the JSONL record's ``"health"`` field.
+    health: Any = None
+    #: The supply class ("saturated", "unsolved", "learnable") of each question this step folded into the
+    #: history, by question id (the JSONL sink keeps ``questions.json`` from it); not part of the JSONL record.
+    question_classes: dict[Any, str] = dataclasses.field(default_factory=dict)
 
     @property
     def estimator(self) -> str | None:
@@ -47,4 +53,5 @@ class StepReport:
             "histograms": self.histograms,
             "flagged_questions": [str(q) for q in self.flagged_questions],
             **({"run": self.run} if self.run is not None else {}),
+            **({"health": self.health.to_dict()} if self.health is not None else {}),
         }

@@ -38,6 +38,7 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
+from .health_metrics import health_entries
 from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 
@@ -52,6 +53,7 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Health", ("grpo/health/",)),
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/")),
@@ -309,7 +311,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 def _catalogue() -> Mapping[str, Metric]:
     entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *entropy_entries(),
-               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations()]
+               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations(),
+               *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -113,6 +113,8 @@ class QuestionHistory:
         self._records: OrderedDict[Hashable, _Record] = OrderedDict()
         self._stuck: OrderedDict[Hashable, None] = OrderedDict()  # stuck ids, in the records' order
         self._last_step: int | None = None
+        self._classes: Counter[tuple[str, bool]] = Counter()  # (supply class, seen twice or more) -> questions
+        self.touched: dict[Hashable, str] = {}  # the supply class of each question the last update folded
 
     def __len__(self) -> int:
         return len(self._records)
@@ -141,6 +143,7 @@ class QuestionHistory:
         (all rows, scorable or not; ``counts`` when omitted).
         """
         step = self._check_step(step)
+        self.touched = {}
         codes, unique = _encode(question_ids)
         y, n, dropped, stds = _check_update(len(codes), successes, counts, filtered, reward_std)
         m = len(unique)
@@ -158,7 +161,10 @@ class QuestionHistory:
         for qid, n_seen, n_drop, s_sum, r_count, std, counts_ in items:  # one pass over distinct questions
             self._fold(qid, step, n_seen, n_drop, s_sum, r_count, std, counts_)
         while len(self._records) > self.cap:
-            self._stuck.pop(self._records.popitem(last=False)[0], None)
+            evicted, old = self._records.popitem(last=False)
+            self._stuck.pop(evicted, None)
+            self._classes[_supply_class(old)] -= 1
+            self.touched.pop(evicted, None)
 
     def _check_step(self, step: Any) -> int:
         if isinstance(step, bool) or not isinstance(step, (int, np.integer)):
@@ -171,6 +177,8 @@ class QuestionHistory:
     def _fold(self, qid: Hashable, step: int, seen: int, dropped: int, s_sum: float, r_count: int, std: float,
               split: list[float]) -> None:
         record = self._records.pop(qid, None) or _Record()
+        if record.times_seen:
+            self._classes[_supply_class(record)] -= 1
         for name, add in zip(_SPLIT_FIELDS, split, strict=True):
             setattr(record, name, getattr(record, name) + int(add))
         all_filtered = dropped == seen
@@ -189,6 +197,9 @@ class QuestionHistory:
         record.last_reward_std = std
         record.last_step = step
         self._records[qid] = record  # most recently seen last
+        kind = _supply_class(record)
+        self._classes[kind] += 1
+        self.touched[qid] = kind[0]
         self._stuck.pop(qid, None)
         if record.stuck_streak >= self.stuck_after:
             self._stuck[qid] = None  # kept incrementally: no per-step scan of the whole history
@@ -219,6 +230,18 @@ class QuestionHistory:
                 out[i] = ((record.recent_success, record.recent_count, record.recent_groups) if recent
                           else (record.success_sum, record.response_count, record.times_seen))
         return out.T
+
+    def supply(self) -> dict[str, int]:
+        """Questions per supply class (:func:`_supply_class`), and among those seen twice or more; kept
+        incrementally, so reading it costs nothing per question."""
+        c = self._classes
+        out = {name: c[(name, False)] + c[(name, True)] for name in SUPPLY_CLASSES}
+        out.update({f"repeated_{name}": c[(name, True)] for name in SUPPLY_CLASSES})
+        return out
+
+    def classes(self) -> dict[Hashable, str]:
+        """Every tracked question's supply class (one pass over the history)."""
+        return {qid: _supply_class(r)[0] for qid, r in self._records.items()}
 
     def stuck_questions(self) -> list[Hashable]:
         """Questions filtered in every attempt for at least ``stuck_after`` consecutive steps."""
@@ -255,6 +278,20 @@ class QuestionHistory:
         self.cap, self.stuck_after, self.halflife = restored.cap, restored.stuck_after, restored.halflife
         self._records, self._last_step = restored._records, state["last_step"]
         self._stuck = OrderedDict((q, None) for q, r in self._records.items() if r.stuck_streak >= self.stuck_after)
+        self._classes = Counter(_supply_class(r) for r in self._records.values() if r.times_seen)
+        self.touched = {}
+
+
+#: A question's class across its sightings: every group all at the batch's top reward, all at its bottom, other.
+SUPPLY_CLASSES = ("saturated", "unsolved", "learnable")
+
+
+def _supply_class(record: _Record) -> tuple[str, bool]:
+    """(class, seen twice or more) of a record."""
+    seen = record.times_seen
+    name = ("saturated" if record.degenerate_high == seen else "unsolved" if record.degenerate_low == seen
+            else "learnable")
+    return name, seen >= 2
 
 
 def _row(question_id: Hashable, record: _Record) -> dict[str, Any]:

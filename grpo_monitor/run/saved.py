@@ -128,6 +128,7 @@ class MonitorState(_Strict):
     counts: dict[str, Count] = Field(default_factory=dict)
     totals: dict[Literal["generated_groups", "generated_responses", "retained_groups"], Amount] = Field(
         default_factory=dict)
+    health: dict[str, Any] | None = None  # HealthTracker.state_dict() (absent in states saved before run health)
 
     @field_validator("counts")
     @classmethod
@@ -136,6 +137,15 @@ class MonitorState(_Strict):
         if unknown:
             raise ValueError(f"unknown invariant(s) {unknown}")
         return counts
+
+    @field_validator("health")
+    @classmethod
+    def _health_state(cls, state: dict[str, Any] | None) -> dict[str, Any] | None:
+        if state is not None:
+            from ..health.tracker import HealthTracker
+
+            HealthTracker(None).load_state_dict(state)  # raises ValueError naming what is wrong
+        return state
 
     @model_validator(mode="after")
     def _history_before_step(self) -> MonitorState:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..report import StepReport
 from .base import Sink
+from .snapshots import RunSnapshots
 
 
 def _default(value: Any) -> Any:
@@ -57,11 +58,12 @@ class JSONLSink(Sink):
     name = "jsonl"
     synchronous = True
 
-    def __init__(self, path: str | os.PathLike, fsync: bool = True):
+    def __init__(self, path: str | os.PathLike, fsync: bool = True, questions_every: int = 10):
         self.path = Path(path)
         self.fsync = bool(fsync)
         self._fd: int | None = None
         self._torn = False  # the last write failed: the file may end in its partial line
+        self.snapshots = RunSnapshots(self.path.parent, questions_every)
 
     def _open(self) -> int:
         if self._fd is None:
@@ -80,7 +82,9 @@ class JSONLSink(Sink):
         return self._fd
 
     def log_report(self, report: StepReport) -> None:
+        """The step's line, then ``health.json`` (each step with a health verdict) and ``questions.json``."""
         self.write_record(report.to_dict())
+        self.snapshots.update(report)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.write_record({"step": step, "metrics": metrics})
@@ -97,6 +101,7 @@ class JSONLSink(Sink):
             raise
 
     def finish(self, failed: bool = False) -> None:
+        self.snapshots.flush()
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:

@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 import torch
 
 from ..catalog.metrics import DISABLED_PARTS_KEY, DROPPED_REPORTS_KEY, RETRIED_PARTS_KEY
+from ..errors import RunStalled
 from ..violations import InvariantViolation
 from .calls import check_call
 from .inputs import InputError
@@ -69,7 +70,7 @@ class MonitorClosedError(RuntimeError):
 
 
 #: Exceptions that are the point of a call, never the monitor's own fault.
-PROPAGATE = (InvariantViolation, InputError, MonitorClosedError)
+PROPAGATE = (InvariantViolation, RunStalled, InputError, MonitorClosedError)
 
 
 def ensure_open(monitor: Guarded, call: str) -> None:

@@ -50,3 +50,12 @@ def warn_found(found: Iterable[Violation], counts: Mapping[str, int], config: Mo
         if count == 1:
             warnings.warn(f"grpo-monitor: {v.message()} (warned once per invariant; counts in the report)",
                           RuntimeWarning, stacklevel=1)
+
+
+def unfinished_text(step: int, steps_ended: int) -> str:
+    """The warning of ``close()`` ending a step that had data observed but no ``end_step()``."""
+    text = f"grpo-monitor: close() ended step {step}, which had data observed but no end_step()"
+    if not steps_ended:
+        text += ("; end_step() was never called on this monitor: call it once per training step (the "
+                 "integrations do), else nothing reaches the sinks until close()")
+    return text

@@ -16,7 +16,7 @@ from grpo_monitor.sinks import TensorBoardSink  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.tensorboard_sink import custom_scalars_layout  # noqa: E402
 
-SECTIONS = ["Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
+SECTIONS = ["Health", "Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
             "Monitor", "Integrations"]
 _KEEP_ALL = {k: 0 for k in ("compressedHistograms", "images", "audio", "scalars", "histograms", "tensors")}
 
