@@ -50,7 +50,7 @@ def diagnose(recording: Recording, config: Any = None) -> Diagnosis:
     settings apply; default: the defaults, with the group size the run declared)."""
     steps = sorted(recording.steps)
     found = timeline(steps, recording.steps, recording.health, recording.integration,
-                     config if config is not None else _config(recording))
+                     config if config is not None else _config(recording), recompute=recording.kind != "monitor log")
     return Diagnosis(str(recording.source), recording.kind, recording.integration, len(steps), steps[0], steps[-1],
                      worst_status=found.worst_status, worst_step=found.worst_step, last_status=found.last_status,
                      findings=found.findings, unsupported=found.unsupported, groups_from=recording.groups_from,

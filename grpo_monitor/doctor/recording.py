@@ -190,6 +190,9 @@ def _from_rollouts(p: Path, fmt: str, group_size: int | None, metrics: str | Pat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     out.source, out.kind = p, f"rollouts ({result.format})"
+    for values in out.steps.values():  # the replay's own verdict figures: doctor recomputes them
+        for key in [k for k in values if k.startswith("grpo/health/")]:
+            del values[key]
     out.logged = dict(result.logged_keys)
     out.integration = "trl" if result.format.startswith("trl") else "verl" if result.format == "verl" else "api"
     out.notes += [n for n in result.notes if not n.startswith("the trainer's logged metrics")]

@@ -67,6 +67,8 @@ class RunData:
     theory_groups: dict[str, list[list[float] | None]] = dataclasses.field(default_factory=dict)
     #: The run record (``StepReport.run``: integration, settings, config), the log's last; {} in older logs.
     run: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: The live run's ``health`` record per step (``HealthUpdate.to_dict()``); {} in logs before run health.
+    health: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -157,7 +159,7 @@ def load_run(run: str | os.PathLike) -> RunData:
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
         conventions=[records[s].get("convention") for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
-        run=run_record,
+        run=run_record, health={int(s): r["health"] for s, r in records.items() if isinstance(r.get("health"), dict)},
     )
 
 

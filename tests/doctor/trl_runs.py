@@ -2,7 +2,7 @@
 (with the completions tables), TensorBoard events, and the live monitor's JSONL log.
 
 Three configurations: ``saturated`` (a reward constant at its top for 9 prompts of 10), ``truncated``
-(completions cut at 2 tokens under ``mask_truncated_completions=True``) and ``healthy`` (a reward that varies
+(completions cut at 1 token under ``mask_truncated_completions=True``) and ``healthy`` (a reward that varies
 within groups, room to stop). Also runnable as a script to keep recordings for calibration:
 ``python tests/doctor/trl_runs.py OUT [NAME...]``.
 """
@@ -40,9 +40,9 @@ def variety_reward(prompts: Sequence[str], completions: Sequence[str], **_: Any)
 #: name -> GRPOConfig overrides and reward functions.
 RUNS: dict[str, dict[str, Any]] = {
     "saturated": {"reward_funcs": [saturated_reward], "max_completion_length": 8},
-    "truncated": {"reward_funcs": [char_fraction_reward()], "max_completion_length": 2,
+    "truncated": {"reward_funcs": [char_fraction_reward()], "max_completion_length": 1,
                   "mask_truncated_completions": True},
-    "healthy": {"reward_funcs": [variety_reward], "max_completion_length": 32},
+    "healthy": {"reward_funcs": [variety_reward], "max_completion_length": 48},
 }
 
 
