@@ -120,7 +120,8 @@ def _from_monitor_log(log: Path) -> Recording:
         run = record.get("run")
         if isinstance(run, dict):
             out.integration = str(run.get("integration") or out.integration)
-            out.settings = run.get("settings") if isinstance(run.get("settings"), dict) else out.settings
+            settings = run.get("settings")
+            out.settings = settings if isinstance(settings, dict) else out.settings
     if not out.steps:
         raise ScanInputError(f"RUN {log}: holds no step records")
     if not any(DEGENERATE in m for m in out.steps.values()):

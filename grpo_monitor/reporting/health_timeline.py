@@ -53,7 +53,7 @@ class Timeline:
 
 def fold(verdicts: Iterable[tuple[int, Mapping[str, Any]]]) -> Timeline:
     """Fold (step, ``HealthUpdate.to_dict()``) pairs in step order into a :class:`Timeline`."""
-    out, records = Timeline(), {}
+    out, records = Timeline(), dict[str, FindingRecord]()
     for step, verdict in verdicts:
         status = int(verdict.get("status", 0))
         if status > out.worst_status:
@@ -116,7 +116,8 @@ def _merge(computed: dict[str, Any], recorded: Mapping[str, Any] | None, integra
     taken = [{**a, "remedies": list(FINDINGS[a["name"]].remedies_for(integration))}
              for a in recorded.get("active", ()) if mine(a["name"]) and a["name"] in FINDINGS]
     active = [a for a in computed["active"] if not mine(a["name"])] + taken
+    def names(field: str) -> list[str]:
+        return [n for n in computed[field] if not mine(n)] + [n for n in recorded.get(field, ()) if mine(n)]
+
     return {"status": max((SEVERITY_STATUS.get(a["severity"], 0) for a in active), default=0), "active": active,
-            "opened": [n for n in computed["opened"] if not mine(n)] + [n for n in recorded.get("opened", ()) if mine(n)],
-            "cleared": [n for n in computed["cleared"] if not mine(n)]
-            + [n for n in recorded.get("cleared", ()) if mine(n)]}
+            "opened": names("opened"), "cleared": names("cleared")}
