@@ -58,8 +58,7 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     lacks are removed, so ``plots/`` always matches the page. Every file is created without
     following a symlink (:mod:`grpo_monitor.files.writing`); a ``plots`` symlink is refused.
     """
-    from ..health.catalog import FINDINGS
-    from .health_panel import PLOT_PREFIX, evidence_plots, health_section, run_timeline
+    from .health_panel import evidence_plots, health_section, run_timeline
 
     data = load_run(run)
     figures, notes = render_figures(data)
@@ -68,9 +67,8 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     evidence = evidence_plots(data, found)
     page = render_page(data, figures, notes, shown=shown_keys(drawn), health=health_section(data, found, evidence))
     with OutputDir(Path(out_dir) if out_dir is not None else data.path.parent) as out, out.folder("plots") as plots:
-        stale = [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED)
-        for name in stale + [PLOT_PREFIX + f for f in FINDINGS if PLOT_PREFIX + f not in evidence]:
-            plots.remove(f"{name}.png")
-        for name, png in [*((n, p) for n, _, _, p in figures), *evidence.items()]:
+        for stale in [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED):
+            plots.remove(f"{stale}.png")
+        for name, _, _, png in figures:
             plots.write(f"{name}.png", png)
         return out.write("report.html", page)

@@ -3,8 +3,9 @@ the question-export command, and the findings the log cannot support.
 
 The verdicts are the live run's ``health`` records when the log holds them on every step, else the
 :class:`~grpo_monitor.health.HealthTracker` replayed over the log's metrics (:mod:`.health_timeline`).
-Each finding's evidence plot (``plots/health_<name>.png``) draws its main figure and evidence keys the
-run logged, the steps it was open shaded.
+Each finding's evidence plot draws its main figure and evidence keys the run logged, the steps it was open
+shaded; it is inlined in the page as an SVG ``<image>`` of the PNG (not an ``<img>`` nor a file in ``plots/``,
+which hold the figures of the report's catalogue only).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from .health_timeline import STATUS_NAMES, FindingRecord, Timeline, timeline
 _BANNER = {0: "ok", 1: "warn", 2: "fail"}
 #: Panels per evidence plot at most (the finding's figure first, then its evidence keys in catalogue order).
 MAX_PANELS = 3
-PLOT_PREFIX = "health_"
+PLOT_PREFIX = "health_"  # the key of a finding's evidence plot
 
 CSS = """
 #run-health .finding{background:#fff;border:1px solid #d0d7de;border-radius:6px;margin:8px 0;padding:8px 12px}
@@ -151,8 +152,7 @@ def _finding(record: FindingRecord, png: bytes | None, total: int) -> str:
         f"opened at step {record.first_opened}, cleared at step {record.cleared_at}"
     evidence = ", ".join(f"<code>{_esc(k)}</code> {_num(v)}" for k, v in (state.get("evidence") or {}).items())
     remedies = "".join(f"<li>{_prose(r)}</li>" for r in state.get("remedies") or ())
-    image = "" if png is None else \
-        (f'<img alt="evidence of {_esc(record.name)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">')
+    image = "" if png is None else _inline(png, f"evidence of {record.name}")
     return (f'<div class="finding" id="finding-{_esc(record.name)}"><h3>{_esc(record.name)}'
             f'<span class="sev {_esc(record.worst)}">{_esc(record.worst)}</span></h3>'
             f"<p class=meta>{span}; open on {record.steps_open} of {plural(total, 'step')}; figure "
@@ -160,6 +160,15 @@ def _finding(record: FindingRecord, png: bytes | None, total: int) -> str:
             + (f"<p class=meta>evidence at step {_esc(state.get('step', '?'))}: {evidence}</p>" if evidence else "")
             + (f"<p><b>Remedies</b></p><ul>{remedies}</ul>" if remedies else "")
             + (f"<details><summary>Evidence plot</summary>{image}</details>" if image else "") + "</div>")
+
+
+def _inline(png: bytes, label: str) -> str:
+    """The PNG as an inline SVG ``<image>`` (its pixel size from the PNG header), scaled to the page width."""
+    width, height = int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<svg class="evidence" role="img" aria-label="{_esc(label)}" viewBox="0 0 {width} {height}" '
+            f'width="100%" xmlns="http://www.w3.org/2000/svg"><image href="data:image/png;base64,{data}" '
+            f'width="{width}" height="{height}"/></svg>')
 
 
 def _num(value: Any) -> str:
