@@ -53,7 +53,6 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Health", ("grpo/health/",)),
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/")),
@@ -65,6 +64,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Weights", ("grpo/weights/",)),
     ("Monitor", ("grpo/monitor/", "grpo/config")),
     ("Integrations", ("grpo/trl/", "grpo/verl/", "grpo/hf/")),
+    ("Health", ("grpo/health/",)),
 )
 
 

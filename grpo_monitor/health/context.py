@@ -12,7 +12,7 @@ from .state import QuestionSupply
 
 #: Every threshold of the rules, in one place (calibration: docs/health.md).
 THRESHOLDS: Mapping[str, float] = {
-    "degenerate_degraded": 0.5,  # share of degenerate groups, each step of the patience
+    "degenerate_degraded": 0.6,  # share of degenerate groups, each step of the patience (G=8: p >= 0.94 or <= 0.06)
     "degenerate_stalled": 0.8,  # its mean over the patience: most of the generation carries no gradient
     "truncated_degraded": 0.5,  # share of truncated rows, each step of the patience
     "truncated_stalled": 0.9,  # its mean over the patience

@@ -13,6 +13,10 @@ from .state import FindingState, HealthUpdate, QuestionSupply
 from .tracker import HealthTracker
 
 
+#: A step is judged when its report has one of these (a rollout, or the loss's tokens).
+JUDGED = ("grpo/groups/total", "grpo/tokens/valid")
+
+
 def supply_of(history: QuestionHistory) -> QuestionSupply | None:
     """The history's supply classes (None before any question id was seen)."""
     counts = history.supply()
@@ -39,8 +43,11 @@ class LiveHealth:
         self.config = config
         self.tracker.context = context_of(config, integration, self.gpus)
 
-    def evaluate(self, report: StepReport, history: QuestionHistory) -> HealthUpdate:
-        """Fold the report in: ``report.health``, its ``grpo/health/*`` metrics and ``question_classes``."""
+    def evaluate(self, report: StepReport, history: QuestionHistory) -> HealthUpdate | None:
+        """Fold the report in: ``report.health``, its ``grpo/health/*`` metrics and ``question_classes``. A step
+        without rollout or token metrics (nothing observed, or its metrics lost to a fault) is not judged."""
+        if not any(key in report.metrics for key in JUDGED):
+            return None
         now = time.monotonic()
         seconds, self._last = (None if self._last is None else now - self._last), now
         update = self.tracker.update(report.step, report.metrics, seconds=seconds, supply=supply_of(history))

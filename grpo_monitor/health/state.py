@@ -74,10 +74,11 @@ class HealthUpdate:
                 "opened": [f.name for f in self.opened], "cleared": list(self.cleared)}
 
     def status_line(self) -> str:
-        """One line for the console: the status and each active finding with its figure."""
+        """One line for the console: the status and each active finding with its figure, the worst first."""
         if not self.active:
             return "run health: healthy"
-        parts = [f"{f.name} ({f.severity}, {_short(f.figure)}, since step {f.since})" for f in self.active]
+        worst = sorted(self.active, key=lambda f: -STATUS_OF.get(f.severity, 0))
+        parts = [f"{f.name} ({f.severity}, {_short(f.figure)}, since step {f.since})" for f in worst]
         return f"run health: {self.status_name}: " + "; ".join(parts)
 
 

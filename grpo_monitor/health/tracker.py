@@ -78,7 +78,8 @@ class HealthTracker:
             found = rule(x, finding.patience)
             if found is None:
                 continue
-            out[finding.key] = found.figure
+            if math.isfinite(found.figure):  # a figure not defined yet (no repeats, a flat trend) is left out
+                out[finding.key] = found.figure
             change = self._advance(step, name, found)
             (opened if change == "opened" else cleared if change == "cleared" else []).append(name)
         status = max((STATUS_OF[f.severity] for f in self.active.values()), default=0)

@@ -5,12 +5,11 @@ Kendall's tau over a short window, :func:`~grpo_monitor.health.memory.theil_sen`
 from __future__ import annotations
 
 import math
-
-import numpy as np
+import statistics
 
 from .context import THRESHOLDS as T
 from .context import Evaluation, Inputs
-from .memory import theil_sen
+from .memory import mean, theil_sen
 
 
 def fold(x: Inputs) -> None:
@@ -25,17 +24,17 @@ def fold(x: Inputs) -> None:
     x.memory.push("length", math.log(above / below) if above > 0 and below > 0 else math.nan)
 
 
-def _trend(x: Inputs, name: str) -> tuple[np.ndarray, float, float, float]:
+def _trend(x: Inputs, name: str) -> tuple[list[float], float, float, float]:
     """The series' window, its Theil-Sen slope and Kendall tau, and its current level (median of the last 3)."""
     values = x.memory.recent(name, int(T["trend_window"]))
     slope, tau = theil_sen(values) if len(values) >= T["trend_min"] else (math.nan, math.nan)
-    return values, slope, tau, float(np.median(values[-3:])) if len(values) else math.nan
+    return values, slope, tau, statistics.median(values[-3:]) if values else math.nan
 
 
 def entropy_collapse(x: Inputs, patience: int) -> Evaluation | None:
     """Entropy falling steadily: the steps until it reaches the floor at the current trend."""
     values, slope, tau, now = _trend(x, "entropy")
-    if not len(values):
+    if not values:
         return None
     start, floor = x.memory.start("entropy"), x.context.entropy_floor
     steps = math.inf
@@ -58,7 +57,7 @@ def entropy_explosion(x: Inputs, patience: int) -> Evaluation | None:
     """Entropy rising steadily well above its starting level."""
     values, slope, tau, now = _trend(x, "entropy")
     start = x.memory.start("entropy")
-    if not len(values) or not start > 0:
+    if not values or not start > 0:
         return None
     ratio = now / start
     rising = math.isfinite(tau) and tau >= T["trend_kendall"] and ratio >= T["entropy_rise"]
@@ -76,10 +75,10 @@ def reward_plateau(x: Inputs, patience: int) -> Evaluation | None:
     if len(reward) < window or len(se) < window // 2:
         return None
     half = window // 2
-    gain = float(reward[half:].mean() - reward[:half].mean())
-    noise = math.sqrt(2 * float(np.mean(se ** 2)) / half)
+    gain = mean(reward[half:]) - mean(reward[:half])
+    noise = math.sqrt(2 * mean([s * s for s in se]) / half)
     z = gain / noise if noise > 0 else (0.0 if gain == 0 else math.copysign(math.inf, gain))
-    evidence = {"reward_gain": gain, "noise_se": noise, "reward": float(reward[half:].mean())}
+    evidence = {"reward_gain": gain, "noise_se": noise, "reward": mean(reward[half:])}
     message = (f"The mean reward moved by {gain:+.3g} between the two halves of the last {window} steps, "
                f"{z:+.2f} standard errors of the noise measured from the per-question reward variance "
                f"({noise:.3g}). Likely cause: no learning signal left, or a learning rate too low.")
@@ -90,7 +89,7 @@ def mismatch_drift(x: Inputs, patience: int) -> Evaluation | None:
     """The sampler/trainer mismatch k3 climbing over the run while under its error threshold."""
     values, slope, tau, now = _trend(x, "k3")
     start = x.memory.start("k3")
-    if not len(values) or not start >= 0:
+    if not values or not start >= 0:
         return None
     ratio = now / start if start > 0 else (math.inf if now > 0 else 1.0)
     limit = x.context.mismatch_k3
@@ -105,7 +104,7 @@ def mismatch_drift(x: Inputs, patience: int) -> Evaluation | None:
 def length_bias(x: Inputs, patience: int) -> Evaluation | None:
     """log(length above / below the group's mean reward) moving steadily away from 0."""
     values, slope, tau, now = _trend(x, "length")
-    if not len(values):
+    if not values:
         return None
     steady = math.isfinite(tau) and abs(tau) >= T["trend_kendall"] and (slope * now > 0)
     biased = steady and abs(now) >= T["length_log_ratio"]

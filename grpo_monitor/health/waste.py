@@ -5,12 +5,11 @@ steps without gradient. Each reads the step's already-synced metrics and the :cl
 from __future__ import annotations
 
 import math
-
-import numpy as np
+import statistics
 
 from .context import THRESHOLDS as T
 from .context import Evaluation, Inputs, pct
-from .memory import theil_sen
+from .memory import mean, theil_sen
 
 
 def wasted_fraction(x: Inputs) -> float:
@@ -68,7 +67,7 @@ def fold(x: Inputs) -> dict[str, float]:
 def _held(x: Inputs, series: str, threshold: float, patience: int) -> tuple[bool, float]:
     """Whether ``series`` reached ``threshold`` at this step, and its mean over the last ``patience`` steps."""
     recent = x.memory.recent(series, patience)
-    return bool(len(recent) and recent[-1] >= threshold), float(recent.mean()) if len(recent) else math.nan
+    return bool(recent and recent[-1] >= threshold), mean(recent)
 
 
 def _money(x: Inputs) -> tuple[dict[str, float], str]:
@@ -86,28 +85,28 @@ def _money(x: Inputs) -> tuple[dict[str, float], str]:
 
 def degenerate_dominated(x: Inputs, patience: int) -> Evaluation | None:
     """Most groups degenerate: the share, its saturated/unsolved split, effective prompts, wasted generation."""
-    if not len(x.memory.recent("degenerate", 1)) or not math.isfinite(x.get("grpo/groups/degenerate_rate")):
+    if not x.memory.recent("degenerate", 1) or not math.isfinite(x.get("grpo/groups/degenerate_rate")):
         return None
-    held, mean = _held(x, "degenerate", T["degenerate_degraded"], patience)
+    held, level = _held(x, "degenerate", T["degenerate_degraded"], patience)
     high, low = x.get("grpo/groups/degenerate_high_rate"), x.get("grpo/groups/degenerate_low_rate")
     groups, effective = x.get("grpo/groups/total"), x.get("grpo/groups/effective_prompts")
-    wasted = float(np.mean(x.memory.recent("wasted", patience))) if len(x.memory.recent("wasted", 1)) else math.nan
+    wasted = mean(x.memory.recent("wasted", patience))
     money, money_text = _money(x)
-    evidence = {"degenerate_rate": mean, "saturated_rate": high, "unsolved_rate": low, "effective_prompts": effective,
+    evidence = {"degenerate_rate": level, "saturated_rate": high, "unsolved_rate": low, "effective_prompts": effective,
                 "groups": groups, "wasted_generation_frac": wasted, **money}
     kind = "saturated" if high >= low else "unsolved"
     if not (math.isfinite(high) and math.isfinite(low)):
         kind = "degenerate"
-    severity = None if not held else "stalled" if mean >= T["degenerate_stalled"] else "degraded"
+    severity = None if not held else "stalled" if level >= T["degenerate_stalled"] else "degraded"
     cause = {"saturated": "the questions are too easy for the policy (every response at the top reward) or the "
                           "reward is constant for them",
              "unsolved": "the questions are too hard for the policy (every response at the bottom reward) or the "
                          "verifier always fails",
              "degenerate": "all-equal rewards within groups"}[kind]
-    message = (f"{pct(mean)} of groups were degenerate over the last {patience} steps ({pct(high)} saturated, "
+    message = (f"{pct(level)} of groups were degenerate over the last {patience} steps ({pct(high)} saturated, "
                f"{pct(low)} unsolved at step's split): {effective:.3g} effective prompts of {groups:.0f} in the "
                f"batch; {pct(wasted)} of the generation carried no gradient{money_text}. Likely cause: {cause}.")
-    return Evaluation(mean, severity, evidence, message)
+    return Evaluation(level, severity, evidence, message)
 
 
 def prompt_supply(x: Inputs, patience: int) -> Evaluation | None:
@@ -116,7 +115,7 @@ def prompt_supply(x: Inputs, patience: int) -> Evaluation | None:
     shares = supply.shares() if supply is not None else {}
     effective = x.memory.recent("effective", int(T["plateau_window"]))
     slope, tau = theil_sen(effective)
-    now = float(np.median(effective[-3:])) if len(effective) else math.nan
+    now = statistics.median(effective[-3:]) if effective else math.nan
     steps = math.inf
     if math.isfinite(slope) and slope < 0 and len(effective) >= T["trend_min"] and tau <= -T["trend_kendall"]:
         steps = max(0.0, (now - T["supply_floor"]) / -slope)
@@ -139,22 +138,28 @@ def prompt_supply(x: Inputs, patience: int) -> Evaluation | None:
 
 
 def truncation_dominated(x: Inputs, patience: int) -> Evaluation | None:
-    """Most rows cut at the length limit; whether they still get gradient; all-truncated degenerate groups."""
+    """Most rows cut at the length limit and the cut costing signal: masked out of the loss, or leaving their
+    groups degenerate at the bottom reward. Truncated rows that still get a varied reward are not a stall."""
     rate = x.get("grpo/rows/truncated_rate")
     if not math.isfinite(rate):
         return None
-    held, mean = _held(x, "truncated", T["truncated_degraded"], patience)
     masked = _truncated_masked(x, rate)
-    evidence = {"truncated_rate": mean, "degenerate_truncated_rate": x.get("grpo/groups/degenerate_truncated_rate"),
-                "valid_tokens": x.get("grpo/tokens/valid"), "truncated_rows_masked": masked}
-    severity = None if not held else "stalled" if mean >= T["truncated_stalled"] else "degraded"
+    cut = x.get("grpo/groups/degenerate_truncated_rate")
+    lost = min(cut, x.get("grpo/groups/degenerate_low_rate")) if math.isfinite(cut) else math.nan
+    x.memory.push("truncation_cost", rate if masked == 1.0 else lost if math.isfinite(lost) else 0.0)
+    held, level = _held(x, "truncated", T["truncated_degraded"], patience)
+    cost = mean(x.memory.recent("truncation_cost", patience))
+    held = held and x.memory.recent("truncation_cost", 1)[-1] >= T["truncated_degraded"]
+    evidence = {"truncated_rate": level, "degenerate_truncated_rate": cut, "valid_tokens": x.get("grpo/tokens/valid"),
+                "truncated_rows_masked": masked, "signal_lost": cost}
+    severity = None if not held else "stalled" if min(level, cost) >= T["truncated_stalled"] else "degraded"
     gradient = {1.0: "masked out of the loss, so they carry no gradient",
-                0.0: "still in the loss, usually with all-failing rewards"}.get(masked, "")
-    message = (f"{pct(mean)} of completions were cut at the length limit over the last {patience} steps"
+                0.0: "still in the loss"}.get(masked, "")
+    message = (f"{pct(level)} of completions were cut at the length limit over the last {patience} steps"
                + (f", {gradient}" if gradient else "")
-               + f"; {pct(evidence['degenerate_truncated_rate'])} of groups are degenerate with every row truncated. "
-               "Likely cause: a length limit below what the task needs, or a policy that does not stop.")
-    return Evaluation(mean, severity, evidence, message)
+               + f"; {pct(cut)} of groups are degenerate with every row truncated. Likely cause: a length limit "
+               "below what the task needs, or a policy that does not stop.")
+    return Evaluation(level, severity, evidence, message)
 
 
 def _truncated_masked(x: Inputs, rate: float) -> float:
@@ -174,7 +179,7 @@ def zero_gradient_steps(x: Inputs, patience: int) -> Evaluation | None:
     if judged <= 0:
         return None
     recent = x.memory.recent("zero", int(T["zero_window"]))
-    share, recent_share = x.memory.total("zero_steps") / judged, float(recent.mean())
+    share, recent_share = x.memory.total("zero_steps") / judged, mean(recent)
     severity = None
     if len(recent) >= 3:
         severity = "stalled" if recent_share >= T["zero_stalled"] else \

@@ -1,4 +1,5 @@
-"""Console: a compact table of the key metrics every N steps, and every violation."""
+"""Console: a compact table of the key metrics every N steps, every violation, and the run-health status line
+(also on the step a finding opens or clears)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ class ConsoleSink(Sink):
 
     def _due(self, report: StepReport) -> bool:
         first = self._last_step is None
-        return first or bool(report.violations) or report.failed or report.step % self.every == 0
+        changed = report.health is not None and bool(report.health.opened or report.health.cleared)
+        return first or bool(report.violations) or report.failed or changed or report.step % self.every == 0
 
     def log_report(self, report: StepReport) -> None:
         if not self._due(report):
@@ -82,6 +84,8 @@ class ConsoleSink(Sink):
         print(f"{self._title(report)}: {cells}", file=file)
         for v in report.violations:
             print(f"  VIOLATION {v.message()}", file=file)
+        if report.health is not None:
+            print(f"  {report.health.status_line()}", file=file)
         file.flush()
 
     def _print_rich(self, report: StepReport, file: IO[str]) -> None:
@@ -101,3 +105,6 @@ class ConsoleSink(Sink):
         console.print(table)
         for v in report.violations:
             console.print(Text.assemble(("VIOLATION ", "bold red"), v.message()))
+        if report.health is not None:
+            style = ("green", "yellow", "bold red")[report.health.status]
+            console.print(Text(report.health.status_line(), style=style))

@@ -58,7 +58,7 @@ class JSONLSink(Sink):
     name = "jsonl"
     synchronous = True
 
-    def __init__(self, path: str | os.PathLike, fsync: bool = True, questions_every: int = 10):
+    def __init__(self, path: str | os.PathLike, fsync: bool = True, questions_every: int = 50):
         self.path = Path(path)
         self.fsync = bool(fsync)
         self._fd: int | None = None

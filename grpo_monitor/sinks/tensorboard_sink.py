@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # imported on first use only: tensorboard is optional
 VIOLATIONS_TAG = "grpo/violations"
 #: The text tag that holds the run parameters (a markdown table, at step 0).
 CONFIG_TAG = "grpo/config"
+#: The text tag that holds alerts (a run-health finding's onset or clearing, a part switched off).
+ALERTS_TAG = "grpo/alerts"
 
 
 def custom_scalars_layout(keys: Iterable[str] = KNOWN_KEYS) -> dict[str, dict[str, list]]:
@@ -56,6 +58,7 @@ class TensorBoardSink(Sink):
         self.writer_kwargs = writer_kwargs
         self._writer: SummaryWriter | None = None
         self._layout_keys: set[str] = set()
+        self._step = 0  # the latest report's step: an alert is written there
 
     @property
     def writer(self) -> SummaryWriter:
@@ -101,7 +104,13 @@ class TensorBoardSink(Sink):
         self.log_text(CONFIG_TAG, f"| parameter | value |\n|---|---|\n{rows}", 0)
         self.writer.flush()
 
+    def alert(self, title: str, text: str, level: str = "ERROR") -> None:
+        """An alert as markdown text under ``grpo/alerts`` at the latest report's step (TensorBoard has none)."""
+        self.log_text(ALERTS_TAG, f"**{level}: {title}**\n\n{text}", self._step)
+        self.writer.flush()
+
     def log_report(self, report: StepReport) -> None:
+        self._step = report.step
         self.log(report.metrics, report.step)
         for key, values in report.histograms.items():
             self.log_histogram(key, values, report.step)

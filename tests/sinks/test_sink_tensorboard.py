@@ -16,8 +16,8 @@ from grpo_monitor.sinks import TensorBoardSink  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.tensorboard_sink import custom_scalars_layout  # noqa: E402
 
-SECTIONS = ["Health", "Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
-            "Monitor", "Integrations"]
+SECTIONS = ["Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
+            "Monitor", "Integrations", "Health"]
 _KEEP_ALL = {k: 0 for k in ("compressedHistograms", "images", "audio", "scalars", "histograms", "tensors")}
 
 

@@ -13,8 +13,8 @@ from grpo_monitor.cli import build_parser, main  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.wandb_workspace import build_workspace, describe_workspace  # noqa: E402
 
-SECTIONS = ["Health", "Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
-            "Monitor", "Integrations"]
+SECTIONS = ["Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
+            "Monitor", "Integrations", "Health"]
 
 
 def _line_plots(workspace):
