@@ -61,14 +61,19 @@ class WebhookSink(Sink):
         self.delivered = 0
         self._broken: set[str] = set()  # invariants broken at the last reported step
         self._integration: str | None = None
+        self._health: Any = None  # the last report's HealthUpdate (None before run health or without it)
+        self._step: int | None = None
 
     # ------------------------------------------------------------------ what is posted
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
-        """Post an alert (a finding's onset or clearing, a part switched off, ...)."""
-        self._send(message(title, text, {"level": level, **self._where()}))
+        """Post an alert: a finding's onset or clearing (structured from the step's report when this sink saw it:
+        the monitor alerts right after handing the report over), a part switched off, ..."""
+        structured = _finding_message(title, level, self._health, self._step, self._where())
+        self._send(structured or message(title, text, {"level": level, **self._where()}))
 
     def log_report(self, report: StepReport) -> None:
         """Post the invariants first broken at this step (a breach held over several steps is posted once)."""
+        self._health, self._step = getattr(report, "health", None), report.step
         if report.run is not None:
             self._integration = report.run.get("integration")
         names = {v.invariant for v in report.violations}
@@ -140,6 +145,32 @@ def _retry_after(headers: Any) -> float:
         return max(0.0, float((headers or {}).get("Retry-After", 0)))
     except (TypeError, ValueError):
         return 0.0
+
+
+def _finding_message(title: str, level: str, health: Any, step: int | None,
+                     where: dict[str, Any]) -> dict[str, Any] | None:
+    """The structured payload of a finding's onset or clearing named by ``title`` (the monitor's alert titles:
+    ``grpo-monitor: <name> (<severity>)``, ``grpo-monitor: <name> cleared``), or None when ``health`` lacks it."""
+    if health is None:
+        return None
+    for state in health.opened:
+        if title == f"grpo-monitor: {state.name} ({state.severity})":
+            evidence = ", ".join(f"{k} {_figure(v)}" for k, v in list(state.evidence.items())[:6])
+            fields = {"status": health.status_name, "finding": state.name, "severity": state.severity,
+                      "step": state.step, "figure": _figure(state.figure), "evidence": evidence or None,
+                      "level": level, **where}
+            return message(f"grpo-monitor: {state.name} ({state.severity}) at step {state.step}", state.message,
+                           fields, state.remedies)
+    for name in health.cleared:
+        if title == f"grpo-monitor: {name} cleared":
+            return message(f"grpo-monitor: {name} cleared at step {step}",
+                           f"The run-health finding {name} no longer holds; run health is {health.status_name}.",
+                           {"status": health.status_name, "finding": name, "step": step, "level": level, **where})
+    return None
+
+
+def _figure(value: float) -> str:
+    return f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
 
 
 def message(title: str, text: str, fields: Mapping[str, Any] | None = None,

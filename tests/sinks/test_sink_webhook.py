@@ -167,3 +167,32 @@ def test_a_bad_url_is_worded(spec):
     """A spec without an http(s) URL names the argument, what was expected and what came."""
     with pytest.raises(ValueError, match=r"`url` to be an http:// or https:// URL \(webhook:URL\) but got"):
         sinks_from_specs([spec])
+
+
+def test_a_real_monitor_posts_a_finding_onset_and_clearing(hook):
+    """A GRPOMonitor with the webhook: all-top-reward groups open degenerate_dominated (one structured message with
+    its severity, evidence and remedies), varied rewards clear it (one message); nothing is posted per step."""
+    torch = pytest.importorskip("torch")
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+
+    gen = torch.Generator().manual_seed(0)
+    monitor = GRPOMonitor(MonitorConfig(group_size=4, std_convention="population"), sinks=[WebhookSink(hook.url)])
+    for step in range(14):
+        saturated = 2 <= step < 8
+        rewards = torch.ones(6, 4, dtype=torch.float64) if saturated else \
+            (torch.rand(6, 4, generator=gen, dtype=torch.float64) < 0.5).double()
+        adv = (rewards - rewards.mean(1, keepdim=True)) / (rewards.std(1, keepdim=True, correction=0) + 1e-6)
+        monitor.observe_rollout(rewards, advantages=adv, question_ids=list(range(100 * step, 100 * step + 6)))
+        monitor.end_step(step=step)
+    monitor.close()
+    titles = [b["blocks"][0]["text"]["text"] for b in hook.delivered()]
+    onset = [b for b in hook.delivered() if b["blocks"][0]["text"]["text"].startswith(
+        "grpo-monitor: degenerate_dominated (stalled) at step")]
+    assert len(onset) == 1, titles
+    fields = {f["text"].split("\n")[0].strip("*"): f["text"].split("\n", 1)[1] for f in onset[0]["blocks"][2]["fields"]}
+    assert fields["finding"] == "degenerate_dominated" and fields["severity"] == "stalled"
+    assert fields["status"] == "stalled" and "degenerate_rate 1" in fields["evidence"]
+    assert onset[0]["blocks"][3]["text"]["text"].startswith("*Remedies*\n• ")
+    assert "100% saturated" in onset[0]["text"]
+    assert sum(t.startswith("grpo-monitor: degenerate_dominated cleared at step") for t in titles) == 1
+    assert len(titles) == len(set(titles)) < 8  # onsets and clearings only, never one per step
