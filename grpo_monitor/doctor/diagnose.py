@@ -51,11 +51,27 @@ def diagnose(recording: Recording, config: Any = None) -> Diagnosis:
     steps = sorted(recording.steps)
     found = timeline(steps, recording.steps, recording.health, recording.integration,
                      config if config is not None else _config(recording), recompute=recording.kind != "monitor log")
+    unsupported = {**found.unsupported, **_partly(recording.keys(), {f.name for f in found.findings})}
     return Diagnosis(str(recording.source), recording.kind, recording.integration, len(steps), steps[0], steps[-1],
                      worst_status=found.worst_status, worst_step=found.worst_step, last_status=found.last_status,
-                     findings=found.findings, unsupported=found.unsupported, groups_from=recording.groups_from,
+                     findings=found.findings, unsupported=unsupported, groups_from=recording.groups_from,
                      logged=dict(recording.logged), verdicts_from="recorded" if found.recorded else "tracker",
                      notes=list(recording.notes))
+
+
+#: Evidence without which a finding's first key alone cannot open it: (finding, the key it has, keys one of which
+#: it also needs, why).
+_PARTLY = (("truncation_dominated", "grpo/rows/truncated_rate",
+            ("grpo/tokens/valid", "grpo/tokens/rows", "grpo/groups/degenerate_truncated_rate"),
+            "the recording has the truncated share but not whether the truncated rows lose their signal (masked out "
+            "of the loss, or leaving their groups degenerate at the bottom): no loss-mask counts and no per-group "
+            "truncation; run with the monitor attached, or record the rollouts"),)
+
+
+def _partly(keys: set[str], opened: set[str]) -> dict[str, str]:
+    """Findings the recording holds the first evidence of but not the rest they need (none that opened)."""
+    return {name: why for name, has, needs, why in _PARTLY
+            if name not in opened and has in keys and not keys & set(needs)}
 
 
 def _config(recording: Recording) -> Any:

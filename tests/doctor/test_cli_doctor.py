@@ -17,43 +17,53 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numpy", "matplotlib", "pydantic", "wandb", "tensorboard", "pyarrow")
 
 
-def _verl_log(path: Path, steps: int, clip_ratio: float, monkeypatch) -> Path:
-    """A metrics log written by verl's own FileLogger (``trainer.logger=["file"]``): TRL-free, scalars only."""
+def _verl_log(path: Path, steps: int, clip_ratio: float, monkeypatch, entropy_drop: float = 0.0) -> Path:
+    """A metrics log written by verl's own FileLogger (``trainer.logger=["file"]``): scalars only."""
     tracking = pytest.importorskip("verl.utils.tracking")
     monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
     logger = tracking.FileLogger("proj", "exp")
     for step in range(1, steps + 1):
-        logger.log({"critic/score/mean": 0.1 * step, "response_length/clip_ratio": clip_ratio,
-                    "response_length/mean": 511.0, "actor/entropy": 0.9}, step)
+        logger.log({"critic/score/mean": 0.3, "response_length/clip_ratio": clip_ratio,
+                    "response_length/mean": 511.0, "actor/entropy": 1.0 - entropy_drop * (step - 1) / steps}, step)
     logger.finish()
     return path
 
 
-@pytest.mark.parametrize("clip_ratio, opened", [(0.95, True), (0.05, False)], ids=["truncated", "stops"])
-def test_verl_file_logger_truncation(tmp_path, monkeypatch, clip_ratio, opened):
-    """verl's response_length/clip_ratio is the truncated share: 95 % over 8 steps opens truncation_dominated,
-    5 % does not; findings that need group counts are listed as unsupported, with the missing key."""
-    log = _verl_log(tmp_path / "verl.jsonl", 8, clip_ratio, monkeypatch)
+@pytest.mark.parametrize("drop, named", [(0.8, True), (0.0, False)], ids=["collapsing", "steady"])
+def test_verl_file_logger_entropy(tmp_path, monkeypatch, drop, named):
+    """verl's actor/entropy falling steadily from 1.0 to 0.27 over 12 steps is named entropy_collapse with verl's
+    options; a steady entropy is not. Findings that need group counts are unsupported, naming the missing key."""
+    log = _verl_log(tmp_path / "verl.jsonl", 12, 0.1, monkeypatch, entropy_drop=drop)
     recording = read_recording(log)
     assert recording.kind == "logged scalars (jsonl)" and recording.integration == "verl"
-    assert recording.logged["response_length/clip_ratio"] == "grpo/rows/truncated_rate"
+    assert recording.logged["actor/entropy"] == "grpo/entropy/mean"
     found = diagnose(recording)
-    assert ("truncation_dominated" in {f.name for f in found.findings}) is opened
+    assert ("entropy_collapse" in {f.name for f in found.findings}) is named
     assert "grpo/groups/degenerate_rate" in found.unsupported["degenerate_dominated"]
-    if opened:
-        (record,) = [f for f in found.findings if f.name == "truncation_dominated"]
-        assert any("data.max_response_length" in r for r in record.last["remedies"])  # verl's own option
+    if named:
+        (record,) = [f for f in found.findings if f.name == "entropy_collapse"]
+        assert any("actor_rollout_ref.actor" in r for r in record.last["remedies"])  # verl's own options
+
+
+def test_verl_truncation_share_alone_is_said_to_be_not_enough(tmp_path, monkeypatch):
+    """95 % clipped responses in verl's scalars: whether they lose their signal is not recorded, and doctor says so
+    instead of naming (or clearing) truncation_dominated."""
+    found = diagnose(read_recording(_verl_log(tmp_path / "verl.jsonl", 8, 0.95, monkeypatch)))
+    assert "truncation_dominated" not in {f.name for f in found.findings}
+    assert "not whether the truncated rows lose their signal" in found.unsupported["truncation_dominated"]
 
 
 def test_fail_on_levels_and_json(tmp_path, monkeypatch, capsys):
-    """--fail-on stalled exits 1 on a stalled run, 0 without --fail-on; --json is one parseable object."""
-    log = _verl_log(tmp_path / "verl.jsonl", 8, 0.95, monkeypatch)
+    """--fail-on degraded exits 1 on a degraded run, --fail-on stalled 0 on it, no --fail-on 0; --json parses."""
+    log = _verl_log(tmp_path / "verl.jsonl", 12, 0.1, monkeypatch, entropy_drop=0.8)
     assert main(["doctor", str(log)]) == 0
     text = capsys.readouterr().out
-    assert "truncation_dominated" in text and "not supported by this recording:" in text
+    assert "entropy_collapse" in text and "not supported by this recording:" in text
+    assert main(["doctor", str(log), "--fail-on", "stalled"]) == 0
+    capsys.readouterr()
     assert main(["doctor", str(log), "--fail-on", "degraded", "--json"]) == 1
     record = json.loads(capsys.readouterr().out)
-    assert record["worst_status"] >= 1 and record["kind"] == "logged scalars (jsonl)"
+    assert record["worst_status_name"] == "degraded" and record["kind"] == "logged scalars (jsonl)"
 
 
 def test_a_monitor_log_with_health_records_gives_the_live_verdicts(tmp_path):
