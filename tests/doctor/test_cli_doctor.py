@@ -116,8 +116,9 @@ def test_out_writes_the_json_atomically(tmp_path, monkeypatch, capsys):
 
 def test_help_imports_nothing_heavy():
     """`doctor --help` answers without importing torch, numpy, matplotlib or pyarrow."""
-    code = ("import sys\nfrom grpo_monitor.cli import main\ntry:\n    main(['doctor', '--help'])\nexcept SystemExit as e:\n"
-            f"    assert e.code == 0\nprint('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
+    code = ("import sys\nfrom grpo_monitor.cli import main\ntry:\n    main(['doctor', '--help'])\n"
+            "except SystemExit as e:\n    assert e.code == 0\n"
+            f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stderr and "usage: grpo-monitor doctor" in proc.stdout
