@@ -161,6 +161,15 @@ def test_the_spec_builds_the_sink(spec):
     assert isinstance(sink, WebhookSink) and sink.url == spec.split(":", 1)[1]
 
 
+def test_grpo_monitor_config_names_a_webhook():
+    """GRPO_MONITOR_CONFIG's "sinks" (what Ray workers attach with) takes "webhook:URL" beside the others."""
+    from grpo_monitor.integrations._from_env import ENV, settings_from_env
+
+    config, sinks = settings_from_env({ENV: '{"group_size": 4, "sinks": ["auto", "webhook:http://127.0.0.1:9/h"]}'})
+    assert config.group_size == 4 and sinks[0] == "auto"
+    assert isinstance(sinks[1], WebhookSink) and sinks[1].url == "http://127.0.0.1:9/h"
+
+
 @pytest.mark.parametrize("spec", ["webhook", "webhook:", "webhook:ftp://x.example/h", "webhook:hooks.slack.com"],
                          ids=["no-url", "empty-url", "ftp", "no-scheme"])
 def test_a_bad_url_is_worded(spec):
