@@ -197,14 +197,28 @@ def _from_rollouts(p: Path, fmt: str, group_size: int | None, metrics: str | Pat
     out.logged = dict(result.logged_keys)
     out.integration = "trl" if result.format.startswith("trl") else "verl" if result.format == "verl" else "api"
     out.notes += [n for n in result.notes if not n.startswith("the trainer's logged metrics")]
-    if result.format == "trl-wandb" and metrics is None:
-        from ..scan.detect import wandb_run_folder
+    if metrics is None and p.is_dir():
+        _beside(out, p, result.format)
+    return out
 
-        run = wandb_run_folder(p) if p.is_dir() else None
+
+def _beside(out: Recording, p: Path, fmt: str) -> None:
+    """The trainer's scalars recorded with the rollouts: the W&B run's own, or TensorBoard events in TRL's output
+    folder (``<output_dir>/runs/``, one folder of them)."""
+    from ..scan.detect import wandb_run_folder
+
+    if fmt == "trl-wandb":
+        run = wandb_run_folder(p)
         if run is not None and any(run.glob("run-*.wandb")):
             out.settings = _wandb_config(run)
             _merge_logged(out, run)
-    return out
+    elif fmt == "trl-parquet":
+        folders = {e.parent for e in p.rglob("events.out.tfevents*")}
+        if len(folders) == 1:
+            (events,) = folders
+            out.settings = _tensorboard_args(events)
+            _merge_logged(out, events)
+            out.notes.append(f"the trainer's logged scalars read from {events}")
 
 
 def _merge_logged(out: Recording, source: Path) -> None:

@@ -1,9 +1,9 @@
 """Real TRL GRPOTrainer runs (the tiny char-level Llama, CPU) recorded as users record them: an offline W&B run
 (with the completions tables), TensorBoard events, and the live monitor's JSONL log.
 
-Three configurations: ``saturated`` (a reward constant at its top for 9 prompts of 10), ``truncated``
-(completions cut at 1 token under ``mask_truncated_completions=True``) and ``healthy`` (a reward that varies
-within groups, room to stop). Also runnable as a script to keep recordings for calibration:
+Configurations: ``saturated`` (a reward constant at its top for 9 prompts of 10), ``truncated``
+(completions cut at 1 token under ``mask_truncated_completions=True``) and three healthy ones (a reward that varies
+within groups, room to stop; ``scale_rewards`` group / batch / none with ``loss_type`` grpo / dapo / dr_grpo). Also runnable as a script to keep recordings for calibration:
 ``python tests/doctor/trl_runs.py OUT [NAME...]``.
 """
 
@@ -42,8 +42,15 @@ RUNS: dict[str, dict[str, Any]] = {
     "saturated": {"reward_funcs": [saturated_reward], "max_completion_length": 8},
     "truncated": {"reward_funcs": [char_fraction_reward()], "max_completion_length": 1,
                   "mask_truncated_completions": True},
-    "healthy": {"reward_funcs": [variety_reward], "max_completion_length": 48},
+    "healthy": {"reward_funcs": [variety_reward], "max_completion_length": 48, "scale_rewards": "group",
+                "loss_type": "grpo"},
+    "healthy-batch-dapo": {"reward_funcs": [variety_reward], "max_completion_length": 48, "scale_rewards": "batch",
+                           "loss_type": "dapo"},
+    "healthy-none-dr_grpo": {"reward_funcs": [variety_reward], "max_completion_length": 48, "scale_rewards": "none",
+                             "loss_type": "dr_grpo"},
 }
+#: The healthy configurations (TRL's scale_rewards x loss_type, as the issue's three).
+HEALTHY = ("healthy", "healthy-batch-dapo", "healthy-none-dr_grpo")
 
 
 def record_run(name: str, model_path: str, root: Path, steps: int = 10, live: bool = True, **extra: Any) -> Path:
