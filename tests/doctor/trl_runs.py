@@ -3,8 +3,8 @@
 
 Configurations: ``saturated`` (a reward constant at its top for 9 prompts of 10), ``truncated``
 (completions cut at 1 token under ``mask_truncated_completions=True``) and three healthy ones (a reward that varies
-within groups, room to stop; ``scale_rewards`` group / batch / none with ``loss_type`` grpo / dapo / dr_grpo). Also runnable as a script to keep recordings for calibration:
-``python tests/doctor/trl_runs.py OUT [NAME...]``.
+within groups, room to stop; ``scale_rewards`` group / batch / none with ``loss_type`` grpo / dapo / dr_grpo).
+Also runnable as a script to keep recordings for calibration: ``python tests/doctor/trl_runs.py OUT [NAME...]``.
 """
 
 from __future__ import annotations
