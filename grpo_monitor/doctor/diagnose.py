@@ -51,6 +51,7 @@ def diagnose(recording: Recording, config: Any = None) -> Diagnosis:
     steps = sorted(recording.steps)
     found = timeline(steps, recording.steps, recording.health, recording.integration,
                      config if config is not None else _config(recording), recompute=recording.kind != "monitor log")
+    # a scan's log (and a replay) holds verdicts of a replay: recomputed without its timing, remedies for the trainer
     unsupported = {**found.unsupported, **_partly(recording.keys(), {f.name for f in found.findings})}
     return Diagnosis(str(recording.source), recording.kind, recording.integration, len(steps), steps[0], steps[-1],
                      worst_status=found.worst_status, worst_step=found.worst_step, last_status=found.last_status,

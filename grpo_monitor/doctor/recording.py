@@ -34,7 +34,7 @@ class Recording:
     """One run's per-step metrics as doctor feeds them to the health tracker."""
 
     source: Path
-    kind: str  # "monitor log", "rollouts (<format>)", "logged scalars (<wandb|tensorboard|jsonl>)"
+    kind: str  # "monitor log", "scan log", "rollouts (<format>)", "logged scalars (<wandb|tensorboard|jsonl>)"
     steps: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     integration: str = "api"
     #: the ``health`` record a live run wrote per step ({} when the log predates run health)
@@ -126,7 +126,23 @@ def _from_monitor_log(log: Path) -> Recording:
         raise ScanInputError(f"RUN {log}: holds no step records")
     if not any(DEGENERATE in m for m in out.steps.values()):
         out.groups_from = ""
+    if out.integration == "scan":  # a scan's output: the trainer is the scanned format's
+        out.kind, out.integration = "scan log", _trainer_of(_scanned_format(log.parent))
+        for values in out.steps.values():  # the replay's own verdict figures: doctor recomputes them
+            for key in [k for k in values if k.startswith("grpo/health/")]:
+                del values[key]
     return out
+
+
+def _scanned_format(folder: Path) -> str:
+    """The format a scan's ``run.json`` records ("" when none)."""
+    record = _first_record(folder / "run.json") if (folder / "run.json").is_file() else None
+    return str(record.get("format", "")) if isinstance(record, dict) else ""
+
+
+def _trainer_of(fmt: str) -> str:
+    """The integration whose options a scanned format's remedies name."""
+    return "trl" if fmt.startswith("trl") else "verl" if fmt == "verl" else "api"
 
 
 def _from_scalars(p: Path) -> Recording:
@@ -191,11 +207,8 @@ def _from_rollouts(p: Path, fmt: str, group_size: int | None, metrics: str | Pat
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     out.source, out.kind = p, f"rollouts ({result.format})"
-    for values in out.steps.values():  # the replay's own verdict figures: doctor recomputes them
-        for key in [k for k in values if k.startswith("grpo/health/")]:
-            del values[key]
     out.logged = dict(result.logged_keys)
-    out.integration = "trl" if result.format.startswith("trl") else "verl" if result.format == "verl" else "api"
+    out.integration = _trainer_of(result.format)
     out.notes += [n for n in result.notes if not n.startswith("the trainer's logged metrics")]
     if metrics is None and p.is_dir():
         _beside(out, p, result.format)

@@ -122,3 +122,28 @@ def test_help_imports_nothing_heavy():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stderr and "usage: grpo-monitor doctor" in proc.stdout
+
+
+def test_a_scan_output_is_recomputed_for_the_scanned_trainer(tmp_path):
+    """A `scan` output folder: its replay's verdicts are recomputed (no replay timing) with the remedies of the
+    trainer the scanned format comes from."""
+    from grpo_monitor.scan import scan_rollouts
+
+    pq = pytest.importorskip("pyarrow.parquet")
+    pa = pytest.importorskip("pyarrow")
+    rows = {"step": [], "prompt": [], "completion": [], "advantage": [], "reward": []}
+    for step in range(1, 7):  # TRL's completions parquet: every group at the top reward
+        for i in range(8):
+            rows["step"].append(step), rows["prompt"].append(f"q{i // 4}"), rows["completion"].append(f"x{step}")
+            rows["advantage"].append(0.0), rows["reward"].append(1.0)
+        folder = tmp_path / "out" / "completions"
+        folder.mkdir(parents=True, exist_ok=True)
+        pq.write_table(pa.table({k: v[-8:] for k, v in rows.items()}), folder / f"completions_{step:05d}.parquet")
+    scan_rollouts(tmp_path / "out", tmp_path / "scan", quiet=True, report=False, tensorboard=False)
+    recording = read_recording(tmp_path / "scan")
+    assert recording.kind == "scan log" and recording.integration == "trl"
+    assert not any(k.startswith("grpo/health/") for k in recording.keys())
+    found = diagnose(recording)
+    (record,) = [f for f in found.findings if f.name == "degenerate_dominated"]
+    assert found.verdicts_from == "tracker" and any("num_generations" in r for r in record.last["remedies"])
+    assert "seconds" not in record.last["evidence"]
