@@ -38,6 +38,9 @@ def summarize(name: str, reports: list, seconds: float) -> dict:
             "worst_status": max(statuses, default=0), "status_share": {k: v / len(judged) for k, v in statuses.items()},
             "plateau_alarm_rate": plateau_on / len(plateau_steps) if plateau_steps else None,
             "plateau_judged_steps": len(plateau_steps),
+            "plateau_alarm_steps": [r.step for r in plateau_steps
+                                    if any(f.name == "reward_plateau" for f in r.health.active)],
+            "reward_by_10_steps": [_mean(judged[i:i + 10], "grpo/reward/mean") for i in range(0, len(judged), 10)],
             "degenerate_mean": _mean(judged, "grpo/groups/degenerate_rate"),
             "truncated_mean": _mean(judged, "grpo/rows/truncated_rate"),
             "zero_gradient_share": _last(judged, "grpo/health/zero_gradient_steps"),
@@ -46,6 +49,25 @@ def summarize(name: str, reports: list, seconds: float) -> dict:
             "findings_active_share": {n: round(c / len(judged), 3) for n, c in Counter(
                 f.name for r in judged for f in r.health.active).items()},
             "entropy_trace": collapse}
+
+
+def replay(log: Path) -> list:
+    """The log's steps as reports judged again by a fresh tracker (config from the log's run record)."""
+    from types import SimpleNamespace
+
+    from grpo_monitor import MonitorConfig
+    from grpo_monitor.health import HealthTracker
+    from grpo_monitor.sinks import read_jsonl
+
+    records = read_jsonl(log)
+    run = next((r["run"] for r in records if "run" in r), {})
+    config = MonitorConfig(group_size=(run.get("config") or {}).get("group_size"))
+    tracker, out = HealthTracker(config, run.get("integration", "api")), []
+    for record in records:
+        metrics = {k: v for k, v in record["metrics"].items() if not k.startswith("grpo/health/")}
+        update = tracker.update(record["step"], metrics)
+        out.append(SimpleNamespace(step=record["step"], health=update, metrics={**metrics, **update.metrics}))
+    return out
 
 
 def _mean(reports: list, key: str) -> float | None:
@@ -64,7 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=70)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--trace", action="store_true", help="print the entropy trace (step, steps to floor, entropy)")
+    parser.add_argument("--replay", nargs="+", default=None, metavar="LOG",
+                        help="instead of training, run the tracker again over these runs' grpo.jsonl logs (the "
+                        "thresholds' effect without retraining; no wall-clock and no question supply)")
     args = parser.parse_args(argv)
+    if args.replay:
+        for log in args.replay:
+            figures = summarize(Path(log).stem, replay(Path(log)), 0.0)
+            figures.pop("entropy_trace")
+            print("HEALTH-REPLAY", figures, flush=True)
+        return 0
     from health_scenarios import run
     from tiny_trl import build_tiny_model
 

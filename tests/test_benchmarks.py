@@ -23,6 +23,8 @@ SMOKE = {
     "bench_scan.py": ["--steps", "3", "--rows", "64", "--repeat", "1", "--data", "{tmp}/verl"],
     "mismatch_calibration.py": ["--steps", "3", "--rows", "4", "--tokens", "6", "--skip-fp32"],
     "universal_calibration.py": ["--seeds", "1"],
+    "bench_health.py": ["--questions", "2000", "--steps", "5"],
+    "health_calibration.py": ["--runs", "healthy-group-grpo", "--steps", "2"],
     "soak_memory.py": ["--steps", "40", "--every", "20", "--groups", "8", "--questions", "100",
                        "--history-cap", "50", "--max-growth-mib", "1000"],
 }

@@ -16,9 +16,10 @@ THRESHOLDS: Mapping[str, float] = {
     "degenerate_stalled": 0.8,  # its mean over the patience: most of the generation carries no gradient
     "truncated_degraded": 0.5,  # share of truncated rows, each step of the patience
     "truncated_stalled": 0.9,  # its mean over the patience
-    "zero_window": 5,  # recent steps the zero-gradient share is taken over
-    "zero_degraded": 0.4,  # share of those steps without signal (2 of 5)
-    "zero_stalled": 0.6,  # (3 of 5)
+    "zero_window": 10,  # recent steps the zero-gradient share is taken over (judged from the 4th step on)
+    "zero_min_steps": 4,
+    "zero_degraded": 0.5,  # share of those steps without signal (healthy TRL runs: 3-4% of steps)
+    "zero_stalled": 0.7,
     "supply_min_repeated": 8,  # questions seen twice or more before the supply is judged
     "supply_learnable": 0.25,  # learnable share below which the supply is short
     "supply_floor": 0.2,  # effective prompts per step, as a share of the batch, the forecast aims at

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 #: Values kept per series: the trend windows of the rules read at most this many recent steps.
-WINDOW = 20
+WINDOW = 40
 #: Values that make a series' starting level (their median).
 START = 5
 

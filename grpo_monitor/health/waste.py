@@ -113,7 +113,7 @@ def prompt_supply(x: Inputs, patience: int) -> Evaluation | None:
     """The questions still learnable across sightings, and a forecast of when effective prompts reach the floor."""
     supply = x.supply
     shares = supply.shares() if supply is not None else {}
-    effective = x.memory.recent("effective", int(T["plateau_window"]))
+    effective = x.memory.recent("effective", 20)
     slope, tau = theil_sen(effective)
     now = statistics.median(effective[-3:]) if effective else math.nan
     steps = math.inf
@@ -181,7 +181,7 @@ def zero_gradient_steps(x: Inputs, patience: int) -> Evaluation | None:
     recent = x.memory.recent("zero", int(T["zero_window"]))
     share, recent_share = x.memory.total("zero_steps") / judged, mean(recent)
     severity = None
-    if len(recent) >= 3:
+    if len(recent) >= T["zero_min_steps"]:
         severity = "stalled" if recent_share >= T["zero_stalled"] else \
             "degraded" if recent_share >= T["zero_degraded"] else None
     evidence = {"zero_gradient_steps": x.memory.total("zero_steps"), "steps": judged, "recent_share": recent_share,
