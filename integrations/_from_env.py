@@ -6,7 +6,7 @@ it. Ray runs ``runtime_env["worker_process_setup_hook"]`` in each worker process
 starts; each integration's ``attach_from_env`` is such a hook: it reads
 ``GRPO_MONITOR_CONFIG`` (a JSON object of :class:`~grpo_monitor.MonitorConfig` fields plus
 ``"sinks"``, a list of specs such as ``"jsonl:PATH"``, ``"tensorboard:DIR"``, ``"wandb"``,
-``"mlflow"``, ``"trackio"``, ``"auto"``; default ``["auto"]``) and attaches. Workers that
+``"mlflow"``, ``"trackio"``, ``"webhook:URL"``, ``"auto"``; default ``["auto"]``) and attaches. Workers that
 never call the entry point (rollout and model workers) build no monitor and open nothing:
 the monitor and its sinks are built at the first call.
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 #: Subcommand modules under ``grpo_monitor.cli``; a missing one is skipped.
-_SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace", "scan", "compare", "questions")
+_SUBCOMMANDS = ("demo", "report", "audit", "theory", "wandb_workspace", "scan", "compare", "questions", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:

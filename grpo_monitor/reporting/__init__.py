@@ -58,10 +58,14 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     lacks are removed, so ``plots/`` always matches the page. Every file is created without
     following a symlink (:mod:`grpo_monitor.files.writing`); a ``plots`` symlink is refused.
     """
+    from .health_panel import evidence_plots, health_section, run_timeline
+
     data = load_run(run)
     figures, notes = render_figures(data)
     drawn = {name for name, _, _, _ in figures}
-    page = render_page(data, figures, notes, shown=shown_keys(drawn))
+    found = run_timeline(data)
+    evidence = evidence_plots(data, found)
+    page = render_page(data, figures, notes, shown=shown_keys(drawn), health=health_section(data, found, evidence))
     with OutputDir(Path(out_dir) if out_dir is not None else data.path.parent) as out, out.folder("plots") as plots:
         for stale in [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED):
             plots.remove(f"{stale}.png")

@@ -71,6 +71,8 @@ class RunData:
     segments_note: str = ""
     #: The trainer's own logged values against the exact ones (``StepReport.trainer_metrics``), with their step.
     trainer_metrics: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The live run's ``health`` record per step (``HealthUpdate.to_dict()``); {} in logs before run health.
+    health: dict[int, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
     def series(self, key: str) -> np.ndarray | None:
         """The metric's values per step, or None when it never appears."""
@@ -164,6 +166,7 @@ def load_run(run: str | os.PathLike) -> RunData:
         run=run_record, segments_note=_segments_note(lines),
         trainer_metrics=[{**row, "step": int(s) if row.get("of_step") is None else row["of_step"]}
                          for s in steps for row in records[s].get("trainer_metrics") or [] if isinstance(row, dict)],
+        health={int(s): r["health"] for s, r in records.items() if isinstance(r.get("health"), dict)},
     )
 
 

@@ -211,8 +211,11 @@ def other_metrics(run: RunData, shown: Collection[str]) -> str:
 
 
 def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], notes: Sequence[str] = (),
-                shown: Collection[str] = frozenset()) -> str:
-    """The whole page; ``figures`` are (name, title, caption, PNG bytes), ``shown`` the keys they display."""
+                shown: Collection[str] = frozenset(), health: str = "") -> str:
+    """The whole page; ``figures`` are (name, title, caption, PNG bytes), ``shown`` the keys they display,
+    ``health`` the Run health section that opens it (:mod:`.health_panel`)."""
+    from .health_panel import CSS as HEALTH_CSS
+
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
     meta = ", ".join(f"{k}={v}" for k, v in run.meta.items() if isinstance(v, (int, float, str, bool)))
     steps = run.steps.tolist()
@@ -221,12 +224,12 @@ def render_page(run: RunData, figures: Sequence[tuple[str, str, str, bytes]], no
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>grpo-monitor report: {_esc(run.path.parent.name or run.path.name)}</title>",
-        f"<style>{_CSS}</style></head><body><main>",
+        f"<style>{_CSS}{HEALTH_CSS}</style></head><body><main>",
         "<h1>grpo-monitor report</h1>",
         f'<div class="meta">{_esc(run.path)} &middot; {plural(len(steps), "step")} ({covered}) '
         f"&middot; generated {when}"
         + (f"<br>{_esc(meta)}" if meta else "") + "</div>",
-        status_block(run), segments_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
+        health, status_block(run), segments_block(run), check_block(run), "<h2>Summary</h2>", summary_table(run),
         "<h2>Violations</h2>", violations_table(run), *trainer_metrics_block(run),
         "<h2>Where else to look</h2>", where_block(run),
         "<h2>Figures</h2>",

@@ -19,7 +19,7 @@ import dataclasses
 import importlib.util
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +47,28 @@ LOGGED_KEYS: tuple[LoggedKey, ...] = tuple(LoggedKey(k.framework, k.key, k.scan_
 #: Framework keys read but not mapped, and why (they stay in the trainer's own dashboards).
 NOT_MAPPED: dict[str, str] = NO_COUNTERPART
 
+# --- run health (``grpo-monitor doctor``): the trainer's own summary scalars, read by doctor only -----------
+#: A scan never hands these to the monitor (it computes them exactly from the rollouts); doctor reads them
+#: where a recording holds no rollouts, and says which figure came from the trainer's scalar.
+HEALTH_KEYS: tuple[LoggedKey, ...] = (
+    LoggedKey("TRL", "frac_reward_zero_std", "grpo/trl/frac_reward_zero_std",
+              "share of groups whose float32 reward std is 0 (a constant non-dyadic reward can read std > 0: "
+              "it undercounts degenerate groups)"),
+    LoggedKey("TRL", "reward", "grpo/reward/mean", "mean of the summed (weighted) rewards over the batch"),
+    LoggedKey("TRL", "completions/mean_length", "grpo/tokens/response_length_mean",
+              "mean completion length in tokens, truncated completions included"),
+    LoggedKey("verl", "critic/score/mean", "grpo/reward/mean", "mean sequence score over the batch"),
+    LoggedKey("verl", "response_length/mean", "grpo/tokens/response_length_mean", "mean response length in tokens"),
+)
+# --- end of run health --------------------------------------------------------------------------------------
+
 _BY_SOURCE = {k.source: k for k in LOGGED_KEYS}
 #: What a logger puts before the framework's key (transformers' ``rewrite_logs``, NeMo-RL's logger).
 _PREFIXES = ("train/",)
 _EVENTS = "events.out.tfevents*"
 
 
-def monitor_key(tag: str) -> LoggedKey | None:
+def monitor_key(tag: str, by_source: dict[str, LoggedKey] | None = None) -> LoggedKey | None:
     """The mapping of a logged tag (with or without a logger's ``train/`` prefix), or None.
 
     >>> monitor_key("train/rollout_corr/k3_kl").key
@@ -61,8 +76,9 @@ def monitor_key(tag: str) -> LoggedKey | None:
     >>> monitor_key("eval/entropy") is None
     True
     """
+    table = _BY_SOURCE if by_source is None else by_source
     for prefix in ("", *_PREFIXES):
-        if tag.startswith(prefix) and (entry := _BY_SOURCE.get(tag[len(prefix):])) is not None:
+        if tag.startswith(prefix) and (entry := table.get(tag[len(prefix):])) is not None:
             return entry
     return None
 
@@ -76,6 +92,7 @@ class LoggedMetrics:
     by_step: dict[int, dict[str, float]] = dataclasses.field(default_factory=dict)
     found: dict[str, LoggedKey] = dataclasses.field(default_factory=dict)  # logged tag -> mapping
     notes: list[str] = dataclasses.field(default_factory=list)  # what the reading skipped, and why
+    by_source: dict[str, LoggedKey] | None = None  # the mapping read (None: LOGGED_KEYS)
 
     def add(self, step: Any, tag: str, value: Any) -> None:
         """Keep ``value`` for ``step`` when ``tag`` maps to a monitor key and both are finite numbers (a NaN, an
@@ -86,31 +103,38 @@ class LoggedMetrics:
         self.found.setdefault(tag, entry)
         self.by_step.setdefault(int(at), {})[entry.key] = number
 
-    @staticmethod
-    def lookup(tag: str) -> LoggedKey | None:
-        """The mapping of a logged tag (:func:`monitor_key`; a subclass may map other keys)."""
-        return monitor_key(tag)
+    def lookup(self, tag: str) -> LoggedKey | None:
+        """The mapping of a logged tag (:func:`monitor_key` over the keys read; a subclass may map other keys)."""
+        return monitor_key(tag, self.by_source)
 
     def for_step(self, step: int) -> dict[str, float]:
         """The mapped values logged at ``step`` ({} when none)."""
         return self.by_step.get(step, {})
 
 
-def read_logged(path: str | Path, cls: type[LoggedMetrics] | None = None) -> LoggedMetrics:
+def read_logged(path: str | Path, keys: tuple[LoggedKey, ...] | None = None, *,
+                cls: type[LoggedMetrics] | None = None) -> LoggedMetrics:
     """The mapped sampler-side metrics of a recording at ``path``: an offline W&B run folder (or a folder
-    holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log."""
-    p, cls = Path(path), cls or LoggedMetrics
+    holding one), a TensorBoard events file or a folder holding some, or a JSON Lines metrics log.
+
+    ``keys``: the mapping to read (default :data:`LOGGED_KEYS`; doctor adds :data:`HEALTH_KEYS`); ``cls``: a
+    subclass that maps other keys (its ``lookup``)."""
+    p, by_source = Path(path), None if keys is None else {k.source: k for k in keys}
+
+    def make(root: Path, kind: str) -> LoggedMetrics:
+        return (cls or LoggedMetrics)(root, kind, by_source=by_source)
+
     if not p.exists():
         raise ScanInputError(f"--metrics {p}: no such file or folder")
     run = _wandb_run(p) if p.is_dir() else None
     if run is not None:
-        return _from_wandb(run, cls)
+        return _from_wandb(run, make)
     events = [p] if p.is_file() and p.name.startswith("events.out.tfevents") else sorted(p.rglob(_EVENTS)) \
         if p.is_dir() else []
     if events:
-        return _from_tensorboard(p, events, cls)
+        return _from_tensorboard(p, events, make)
     if p.is_file():
-        return _from_jsonl(p, cls)
+        return _from_jsonl(p, make)
     raise ScanInputError(f"--metrics {p}: expected an offline W&B run folder (run-*.wandb), TensorBoard event files "
                          "(events.out.tfevents.*) or a JSON Lines metrics log, but found none of them")
 
@@ -127,7 +151,7 @@ def _wandb_run(path: Path) -> Path | None:
     return runs[0] if runs else None
 
 
-def _from_wandb(run: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
+def _from_wandb(run: Path, cls: Callable[[Path, str], LoggedMetrics]) -> LoggedMetrics:
     from ..sinks.wandb_reader import history_rows, read_wandb_records
 
     wandb_file = sorted(run.glob("run-*.wandb"))[-1]
@@ -171,7 +195,7 @@ def _flat(row: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
             yield f"{prefix}{key}", value
 
 
-def _from_tensorboard(root: Path, events: list[Path], cls: type[LoggedMetrics]) -> LoggedMetrics:
+def _from_tensorboard(root: Path, events: list[Path], cls: Callable[[Path, str], LoggedMetrics]) -> LoggedMetrics:
     """Every intact record of each event file (:mod:`.tfevents`); a damaged stretch is skipped with a note."""
     if importlib.util.find_spec("tensorboard") is None:
         raise ScanInputError(f"--metrics {root}: reading TensorBoard event files needs the `tensorboard` package "
@@ -203,7 +227,7 @@ def _read_event_file(path: Path, folder: Path | None, out: LoggedMetrics) -> Non
     out.notes += [lost_note(path, damage, before, None) for damage, before in damaged]
 
 
-def _from_jsonl(path: Path, cls: type[LoggedMetrics]) -> LoggedMetrics:
+def _from_jsonl(path: Path, cls: Callable[[Path, str], LoggedMetrics]) -> LoggedMetrics:
     """verl's ``file`` logger (``{"step": N, "data": {...}}`` per line) or flat records with a ``step``."""
     out = cls(path, "jsonl")
     for number, raw in _lines(path):  # bounded: the line and file limits, linear in a long line

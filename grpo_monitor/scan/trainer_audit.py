@@ -22,8 +22,7 @@ _OFFLINE = {k.key: k for k in TRAINER_KEYS.values() if k.quantity != "exact"}
 class TrainerValues(LoggedMetrics):
     """A recording's values of every trainer key with a monitor-key counterpart, kept under the trainer's key."""
 
-    @staticmethod
-    def lookup(tag: str) -> LoggedKey | None:
+    def lookup(self, tag: str) -> LoggedKey | None:
         key = tag.removeprefix("train/")
         record = _OFFLINE.get(key)
         return None if record is None else LoggedKey(record.framework, key, key, record.transform)
@@ -35,7 +34,7 @@ def audit_recording(recording: str | Path, monitor_log: str | Path) -> list[tupl
     if not log.is_file():
         raise ScanInputError(f"--monitor-log {log}: no such file; expected the grpo-monitor JSONL log of the run")
     monitor = {int(r["step"]): r.get("metrics") or {} for r in read_jsonl(log) if isinstance(r, dict) and "step" in r}
-    logged = read_logged(recording, TrainerValues)
+    logged = read_logged(recording, cls=TrainerValues)
     out = []
     for step, values in sorted(logged.by_step.items()):
         if step not in monitor:

@@ -1,4 +1,4 @@
-"""Sinks: where step reports go (JSONL, TensorBoard, W&B, Trackio, MLflow, console).
+"""Sinks: where step reports go (JSONL, TensorBoard, W&B, Trackio, MLflow, console, a chat webhook).
 
 Exports are lazy: ``from grpo_monitor.sinks import JSONLSink`` imports neither wandb,
 tensorboard, trackio, mlflow nor rich; each backend is imported by the sink method that first needs it.
@@ -23,6 +23,7 @@ _LAZY = {
     "sinks_for_trackers": "auto",
     "tracker_names": "auto",
     "ConsoleSink": "console",
+    "WebhookSink": "webhook",
     "read_wandb_records": "wandb_reader",
     "build_workspace": "wandb_workspace",
 }

@@ -127,12 +127,13 @@ def _owned_log_path(path: Path) -> tuple[Path, str | None]:
 
 
 #: Sink specs of ``GRPO_MONITOR_CONFIG``'s ``"sinks"``: a name, or ``name:argument``.
-SPECS = ("auto", "jsonl:PATH", "tensorboard:DIR", "wandb", "trackio", "mlflow", "console")
+SPECS = ("auto", "jsonl:PATH", "tensorboard:DIR", "wandb", "trackio", "mlflow", "console", "webhook:URL")
 
 
 def sinks_from_specs(specs: Any) -> list[Sink | str]:
     """Sinks from spec strings (``"jsonl:PATH"``, ``"tensorboard:DIR"``, ``"wandb"``, ``"trackio"``,
-    ``"mlflow"``, ``"console"``); ``"auto"`` stays the string ``"auto"``, resolved by the integration.
+    ``"mlflow"``, ``"console"``, ``"webhook:URL"``); ``"auto"`` stays the string ``"auto"``, resolved by the
+    integration.
 
     >>> [type(s).__name__ if not isinstance(s, str) else s for s in sinks_from_specs(["auto", "jsonl:/tmp/m.jsonl"])]
     ['auto', 'JSONLSink']
@@ -163,4 +164,8 @@ def _from_spec(spec: Any) -> Sink | str:
         from .console import ConsoleSink
 
         return ConsoleSink()
+    if name == "webhook":
+        from .webhook import WebhookSink
+
+        return WebhookSink(arg.strip())  # its check names what a URL must be
     raise ValueError(f"unknown sink spec {spec!r}; expected one of {list(SPECS)}")
