@@ -37,11 +37,12 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on first access
-    from .catalog.findings import FINDINGS as FINDINGS
     __version__: str
+    from .catalog.findings import FINDINGS as FINDINGS
     from .catalog.metrics import METRICS as METRICS
     from .config import MonitorConfig as MonitorConfig
     from .config import Tolerances as Tolerances
+    from .errors import EstimatorFunctionError as EstimatorFunctionError
     from .errors import InputError as InputError
     from .errors import InputFileError as InputFileError
     from .errors import InputTypeError as InputTypeError
@@ -49,10 +50,11 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .errors import InvariantViolation as InvariantViolation
     from .errors import LogFormatError as LogFormatError
     from .errors import MonitorClosedError as MonitorClosedError
+    from .errors import RunStalled as RunStalled
     from .errors import UnknownEstimatorError as UnknownEstimatorError
     from .errors import UnsafeOutputError as UnsafeOutputError
     from .errors import UnsafePathError as UnsafePathError
-    from .errors import RunStalled as RunStalled
+    from .errors import WebhookError as WebhookError
     from .estimators.registry import ESTIMATORS as ESTIMATORS
     from .monitor import GRPOMonitor as GRPOMonitor
     from .report import StepReport as StepReport

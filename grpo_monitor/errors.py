@@ -18,8 +18,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 __all__ = [
-    "InputError", "InputFileError", "InputTypeError", "InputValueError", "InvariantViolation", "LogFormatError",
-    "MonitorClosedError", "RunStalled", "UnknownEstimatorError", "UnsafeOutputError", "UnsafePathError",
+    "EstimatorFunctionError", "InputError", "InputFileError", "InputTypeError", "InputValueError", "InvariantViolation",
+    "LogFormatError", "MonitorClosedError", "RunStalled", "UnknownEstimatorError", "UnsafeOutputError",
+    "UnsafePathError", "WebhookError",
 ]
 
 
@@ -100,3 +101,15 @@ class RunStalled(RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.findings,))
+
+
+class EstimatorFunctionError(ValueError):
+    """Your own estimator function raised: the user's error, naming the function and its exception.
+
+    A ``ValueError`` so a replay reports it as the declared estimator's misfit (a ``convention`` error naming
+    both), never as the monitor's internal fault that would switch the rollout checks off.
+    """
+
+
+class WebhookError(RuntimeError):
+    """A ``webhook:URL`` sink's message could not be delivered after its retries (counted; the sink backs off)."""

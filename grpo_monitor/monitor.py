@@ -375,20 +375,15 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         return dict(self._run.counts)
 
     def state_dict(self) -> dict[str, Any]:
-        """Step counter, estimator lock, per-question history, ledger totals and violation counts.
-
-        Plain Python values only (question ids given as numpy or torch scalars are converted), so ``json.dumps`` and
-        ``torch.load(weights_only=True)`` take it.
-        """
+        """Step counter, estimator lock, per-question history, ledger totals, violation counts and run health, as
+        plain Python values (numpy/torch question ids converted): ``json.dumps`` and ``torch.load`` take it."""
         with self._lock:
             return {"step": self.step, **self._run.state_dict(), "health": self._health.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
-        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would.
-
-        All or nothing: the whole state is validated first (:func:`~grpo_monitor.run.saved.validate_state`); a state
-        of another declared group size or estimator is refused unless ``allow_config_change``.
-        """
+        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would. All or nothing: the
+        state is validated first (:func:`~grpo_monitor.run.saved.validate_state`); a state of another declared group
+        size or estimator is refused unless ``allow_config_change``."""
         with self._lock:
             saved = validate_state(state)
             check_config(saved, self.config, allow_config_change)

@@ -82,7 +82,7 @@ def test_every_public_name_is_importable_and_is_its_module_object():
     """Each name of grpo_monitor.__all__ resolves to the object its defining module holds; unknown names are worded."""
     import grpo_monitor
     from grpo_monitor import config, errors, monitor, report, violations
-    from grpo_monitor.catalog import metrics
+    from grpo_monitor.catalog import findings, metrics
     from grpo_monitor.estimators import ESTIMATORS
     from grpo_monitor.repro import replay as reproduce
 
@@ -91,7 +91,7 @@ def test_every_public_name_is_importable_and_is_its_module_object():
         "InvariantViolation": violations.InvariantViolation, "MonitorConfig": config.MonitorConfig,
         "StepReport": report.StepReport, "Tolerances": config.Tolerances, "Violation": violations.Violation,
         "load_repro": reproduce.load_repro, "replay": reproduce.replay, "METRICS": metrics.METRICS,
-        "ESTIMATORS": ESTIMATORS,
+        "ESTIMATORS": ESTIMATORS, "FINDINGS": findings.FINDINGS,  # the run-health catalogue (issue 29)
         **{name: getattr(errors, name) for name in errors.__all__},  # every error a user catches (issue 32)
     }
     assert sorted(grpo_monitor.__all__) == sorted(expected)

@@ -111,7 +111,8 @@ _TRUNCATION = Finding(
     remedies=types.MappingProxyType({
         "trl": ("raise `max_completion_length`", "`mask_truncated_completions=False` while most rows are cut",
                 "a length penalty or a format reward that rewards stopping"),
-        "verl": ("raise `data.max_response_length`", "DAPO's overlong reward shaping (an overlong buffer in the reward)",
+        "verl": ("raise `data.max_response_length`",
+                 "DAPO's overlong reward shaping (an overlong buffer in the reward)",
                  "a format reward that rewards stopping"),
         "openrlhf": ("raise `--rollout.max_new_tokens`",
                      "`--reward.overlong_buffer_len` / `--reward.overlong_penalty_factor`"),

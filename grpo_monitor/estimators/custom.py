@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..errors import EstimatorFunctionError as EstimatorFunctionError  # its home; this old path keeps working
 from .base import CUSTOM, CUSTOM_ID, PROMISES, Estimator
 from .families import group_stats, layout
 
@@ -83,14 +84,6 @@ def _keywords(fn: Callable[..., Any]) -> dict[str, Any]:
 USER_FUNCTION_FAILED = "your estimator function "
 USER_FUNCTION_HINT = ("your own estimator function raised on the observed rewards: fix it (or declare a registry "
                       "name); the estimator check cannot run until it returns advantages")
-
-
-class EstimatorFunctionError(ValueError):
-    """Your own estimator function raised: the user's error, naming the function and its exception.
-
-    A ``ValueError`` so a replay reports it as the declared estimator's misfit (a ``convention`` error naming
-    both), never as the monitor's internal fault that would switch the rollout checks off.
-    """
 
 
 class _Reference:

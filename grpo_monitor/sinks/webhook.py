@@ -24,15 +24,12 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..errors import WebhookError as WebhookError  # its home; this old path keeps working
 from ..report import StepReport
 from .base import Sink
 
 #: Slack's limits: header text, a section's text, a field's text, fields per section.
 _HEADER, _SECTION, _FIELD, _FIELDS = 150, 3000, 2000, 10
-
-
-class WebhookError(RuntimeError):
-    """A message could not be delivered after its retries (the worker counts it and backs off)."""
 
 
 class WebhookSink(Sink):
