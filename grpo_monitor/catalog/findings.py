@@ -172,7 +172,7 @@ _EXPLOSION = Finding(
 )
 
 _PLATEAU = Finding(
-    name="reward_plateau", severity="info", patience=1,
+    name="reward_plateau", severity="info", patience=10,
     meaning="The mean reward has not improved over the window beyond the step-to-step noise measured from the "
             "per-question reward variance (the figure is the improvement in noise units).",
     evidence=("grpo/reward/mean", "grpo/reward/question_std_mean", "grpo/groups/total"), unit="standard errors",

@@ -138,6 +138,9 @@ def _banner(run: RunData, found: Timeline) -> str:
     steps = plural(len(run.steps), "step")
     if not found.findings:
         text = f"Run health: healthy. No finding opened in {steps} (verdicts {how})."
+    elif not found.worst_status:  # info findings only: the run never left healthy
+        names = ", ".join(r.name for r in found.findings)
+        text = f"Run health: healthy at every one of {steps}. For information: {names} (verdicts {how})."
     else:
         worst = STATUS_NAMES.get(found.worst_status, str(found.worst_status))
         names = ", ".join(r.name for r in found.findings)
