@@ -4,7 +4,8 @@ Builds a 2-layer Llama (hidden 32) and a character-level tokenizer in a temporar
 (nothing is downloaded), trains 3 GRPO steps with G=8 and logs the ``grpo/...`` metrics to
 a JSONL file. One prompt, "const", always scores 0.7: its group is degenerate, but TRL's
 own ``frac_reward_zero_std`` misses it (float32 std ~6e-8 > its atol 1e-8), which
-``grpo/trl/frac_reward_zero_std_gap`` shows. Completions holding a '?' get reward None on
+``grpo/trl/frac_reward_zero_std_gap`` shows and the ``trainer_metric`` warning names (the monitor audits the
+trainer's own dashboard: docs/trainer_metrics.md). Completions holding a '?' get reward None on
 purpose (unscorable rows), so TRL's "All reward functions returned None" warning is expected
 (the script says so before training). With ``report_to="wandb"`` the monitor logs
 into the trainer's W&B run instead. Run: ``python examples/trl_example.py``.
