@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from . import add_read_limits, fail, printable, read_limits
-
-#: Kept here (not imported from grpo_monitor.scan): building the parser imports nothing heavy.
-FORMATS = ("auto", "verl", "trl-wandb", "trl-parquet", "jsonl", "parquet")
+from .scan import FORMATS  # scan's formats: one list (the CLI module, light; not grpo_monitor.scan)
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:

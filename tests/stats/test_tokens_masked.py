@@ -7,10 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_tokens_native import HAVE_NATIVE
+from test_tokens_native import run_backend
 
-from grpo_monitor.stats.tokens import backends, combine_token_stats, token_inputs, token_metrics
-from grpo_monitor.stats.tokens.torch_rows import token_vector
+from grpo_monitor.stats.tokens import combine_token_stats, token_inputs, token_metrics
 
 BAND = (0.25, 3.0)
 
@@ -47,14 +46,7 @@ def trl_reference(x: dict[str, torch.Tensor], level: str) -> dict[str, float]:
 
 
 def run(backend: str, x: dict[str, torch.Tensor]) -> torch.Tensor:
-    inputs = token_inputs(**x, mismatch_band=BAND)
-    if backend == "eager":
-        return backends.EAGER.run(inputs)
-    if backend == "compiled (traced form)":
-        return token_vector(inputs, fast=True)
-    if not HAVE_NATIVE:
-        pytest.skip("no AVX2 CPU or C compiler")
-    return backends.NATIVE.run(inputs)
+    return run_backend(backend, token_inputs(**x, mismatch_band=BAND))
 
 
 CASES = [(level, backend, seed) for level in ("token", "sequence")

@@ -64,6 +64,19 @@ def _have_native() -> bool:
 HAVE_NATIVE = _have_native()
 
 
+def run_backend(backend: str, inputs) -> torch.Tensor:
+    """One token pass of ``inputs`` on ``backend`` ("eager", "compiled (traced form)" or "native"; native skips
+    without an AVX2 CPU or a C compiler, and must accept the inputs)."""
+    if backend == "eager":
+        return backends.EAGER.run(inputs)
+    if backend == "compiled (traced form)":
+        return token_vector(inputs, fast=True)
+    if not HAVE_NATIVE:
+        pytest.skip("no AVX2 CPU or C compiler")
+    assert backends.NATIVE.accepts(inputs)
+    return backends.NATIVE.run(inputs)
+
+
 def case_inputs(adv: int | None, others: int, dtype: torch.dtype, seed: int) -> dict:
     """Random (7, 45) tensors: a row without tokens, non-binary mask entries, NaN / inf / huge padding,
     log ratios kept 1e-4 away from the clip bounds (float32 and float64 round differently there)."""

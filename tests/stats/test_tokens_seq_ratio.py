@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 import torch
 from test_tokens import reference_seq_ratio
-from test_tokens_native import HAVE_NATIVE
+from test_tokens_native import run_backend
 
 from grpo_monitor.stats.tokens import backends, combine_token_stats, token_inputs, token_metrics
-from grpo_monitor.stats.tokens.torch_rows import token_vector
 
 KEYS = ("mean", "min", "max", "ess", "clip_frac", "tail_frac")
 CLIP = (3e-4, 4e-4)  # GSPO's epsilon / epsilon_high in TRL's docs
@@ -46,15 +45,7 @@ def reference(x: dict[str, torch.Tensor]) -> dict[str, float]:
 
 
 def run(backend: str, x: dict[str, torch.Tensor]) -> torch.Tensor:
-    inputs = token_inputs(**x, clip_range=CLIP)
-    if backend == "eager":
-        return backends.EAGER.run(inputs)
-    if backend == "compiled (traced form)":
-        return token_vector(inputs, fast=True)
-    if not HAVE_NATIVE:
-        pytest.skip("no AVX2 CPU or C compiler")
-    assert backends.NATIVE.accepts(inputs)
-    return backends.NATIVE.run(inputs)
+    return run_backend(backend, token_inputs(**x, clip_range=CLIP))
 
 
 def assert_seq_close(got: dict[str, float], want: dict[str, float], rtol: float) -> None:
