@@ -22,7 +22,7 @@ from pathlib import Path
 CHILD = r"""
 import json, sys, time
 from pathlib import Path
-from grpo_monitor.scan.readers import JsonlReader
+from grpo_monitor.tools.scan.readers import JsonlReader
 path, size = Path(sys.argv[1]), int(sys.argv[2])
 with open(path, "w") as f:
     f.write(json.dumps({"step": 0, "group": 0, "reward": 1.0}) + "\n")

@@ -106,8 +106,8 @@ def mode_scan(folder: Path, trace: bool, prefetch: bool | None) -> dict:
     from torch.utils import tensorboard  # noqa: F401
 
     import grpo_monitor.monitor  # noqa: F401  torch and the monitor: imported before timing
-    from grpo_monitor.scan import scan_rollouts
     from grpo_monitor.sinks import tensorboard_sink  # noqa: F401
+    from grpo_monitor.tools.scan import scan_rollouts
 
     out = Path(tempfile.mkdtemp(prefix="grpo-bench-out-"))
     if trace:

@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import ConsoleSink, JSONLSink
+from grpo_monitor.tools.reporting import log_digest
 
 SEP, EOS, V = 10, 11, 12  # digits 0-9, separator, end of sequence
 B, G, T = 16, 8, 4  # prompts per step, responses per prompt, max response tokens

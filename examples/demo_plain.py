@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import ConsoleSink, JSONLSink
+from grpo_monitor.tools.reporting import log_digest
 
 K, B, G, T = 64, 16, 8, 6  # questions, groups per step, responses per group, max response length
 STEPS, LR, BETA, EPS = 200, 4.0, 0.04, 1e-6

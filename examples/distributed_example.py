@@ -23,8 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
-from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink
+from grpo_monitor.tools.reporting import log_digest
 
 G, GROUPS_PER_RANK, WORLD = 4, 4, 2
 

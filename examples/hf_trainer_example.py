@@ -20,8 +20,8 @@ from transformers import Trainer, TrainingArguments
 
 from grpo_monitor import MonitorConfig
 from grpo_monitor.integrations import hf
-from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink, read_jsonl
+from grpo_monitor.tools.reporting import log_digest
 
 G, T, V, PROMPTS = 4, 6, 5, 16
 

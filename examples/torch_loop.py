@@ -20,8 +20,8 @@ import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
 from grpo_monitor.integrations.hf import monitored_steps
-from grpo_monitor.reporting import log_digest
 from grpo_monitor.sinks import JSONLSink
+from grpo_monitor.tools.reporting import log_digest
 
 G, T, V, PROMPTS = 4, 6, 5, 16
 

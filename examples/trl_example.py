@@ -28,8 +28,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from grpo_monitor.integrations import trl as grpo_trl  # noqa: E402
-from grpo_monitor.reporting import log_digest  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
+from grpo_monitor.tools.reporting import log_digest  # noqa: E402
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz ?!."
 

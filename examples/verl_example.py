@@ -30,8 +30,8 @@ from verl.trainer.ppo import ray_trainer  # noqa: E402
 
 from grpo_monitor import MonitorConfig  # noqa: E402
 from grpo_monitor.integrations import verl as grpo_verl  # noqa: E402
-from grpo_monitor.reporting import log_digest  # noqa: E402
 from grpo_monitor.sinks import JSONLSink  # noqa: E402
+from grpo_monitor.tools.reporting import log_digest  # noqa: E402
 
 G, T, GROUPS = 8, 6, 4
 

@@ -12,7 +12,11 @@ name is imported from its module on first access.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
 import re
+import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +66,40 @@ if TYPE_CHECKING:  # what static tools see; at run time __getattr__ imports on f
     from .repro.replay import replay as replay
     from .violations import INVARIANTS as INVARIANTS
     from .violations import Violation as Violation
+
+
+#: Old homes of the offline tools (``grpo_monitor.scan`` ...), now under :mod:`grpo_monitor.tools`.
+_MOVED = ("audit", "cli", "demo", "doctor", "reporting", "scan", "theory")
+
+
+class _MovedTools(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import grpo_monitor.scan`` (and its submodules) is ``grpo_monitor.tools.scan``, with one ``DeprecationWarning``
+    per old package: the same module object, so ``isinstance`` and monkeypatching agree under either name."""
+
+    _specs: dict[str, Any] = {}  # new name -> its own spec, which the import system overwrites with the alias's
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        parts = fullname.split(".")
+        if len(parts) < 2 or parts[0] != __name__ or parts[1] not in _MOVED:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        new = spec.name.replace(f"{__name__}.", f"{__name__}.tools.", 1)
+        if spec.name.count(".") == 1:
+            warnings.warn(f"{spec.name} moved to {new} in 0.4; the old path is an alias", DeprecationWarning,
+                          stacklevel=2)
+        module = importlib.import_module(new)
+        self._specs[new] = module.__spec__
+        return module
+
+    def exec_module(self, module: Any) -> None:
+        """The module ran under its new name already; the import system gave it the alias's spec: give it back."""
+        module.__spec__ = self._specs[module.__name__]
+
+
+if not any(isinstance(f, _MovedTools) for f in sys.meta_path):
+    sys.meta_path.insert(0, _MovedTools())  # before the path finder, which would load a second copy
 
 
 def _version() -> str:

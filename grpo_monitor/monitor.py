@@ -178,7 +178,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     @locked
     def _add_recorded(self, metrics: dict[str, float]) -> None:
         """Values a trainer recorded for the monitor's own keys (``grpo-monitor scan`` reading a run's logged metrics,
-        :mod:`grpo_monitor.scan.logged`): merged into this step's report, the monitor's own values first. Finite
+        :mod:`grpo_monitor.tools.scan.logged`): merged into this step's report, the monitor's own values first. Finite
         numbers only; not for user code (``add_metrics`` is)."""
         for key, value in metrics.items():
             self._extra[key] = inputs.finite_number(key, value)

@@ -26,11 +26,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import FailOpen
-from grpo_monitor.integrations._lookup import subclasses_defining
-from grpo_monitor.integrations._on_import import ImportWatch
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
+
+from ._common import FailOpen
+from ._lookup import subclasses_defining
+from ._on_import import ImportWatch
 
 #: Step reports an attachment keeps (the most recent ones) in ``Attachment.reports``.
 REPORTS_KEPT = 100

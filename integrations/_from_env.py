@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_monitor.config import MonitorConfig
 from grpo_monitor.files.reading import InputFileError, loads
-from grpo_monitor.integrations._on_import import when_imported
 from grpo_monitor.sinks.auto import sinks_from_specs
 
+from ._on_import import when_imported
+
 if TYPE_CHECKING:
-    from grpo_monitor.integrations._entrypoint import Attachment, Slot
+    from ._entrypoint import Attachment, Slot
 
 #: The environment variable the hooks read.
 ENV = "GRPO_MONITOR_CONFIG"

@@ -11,17 +11,18 @@ from typing import Any
 
 import torch
 
-from grpo_monitor.integrations._common import FailOpen, row_advantages
-from grpo_monitor.integrations._trl_audit import (
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.stats.groups import group_reward_stats
+
+from ._common import FailOpen, row_advantages
+from ._trl_audit import (
     TRLAudit,
     importance_weight,
     loss_exact,
     rollout_exact,
     zero_std_share,
 )
-from grpo_monitor.integrations._trl_settings import trl_rewards, trl_settings
-from grpo_monitor.monitor import GRPOMonitor
-from grpo_monitor.stats.groups import group_reward_stats
+from ._trl_settings import trl_rewards, trl_settings
 
 #: The trainer's methods the hooks wrap (on the instance: a subclass's overrides are wrapped too).
 HOOKED_METHODS = ("_calculate_rewards", "_generate_and_score_completions", "_compute_loss",

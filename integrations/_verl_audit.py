@@ -15,8 +15,9 @@ from typing import Any
 
 import torch
 
-from grpo_monitor.integrations._lookup import module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
+
+from ._lookup import module_references, trainer_setting
 
 METRICS_MODULE = "verl.trainer.ppo.metric_utils"
 

@@ -53,12 +53,13 @@ from typing import Any
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
-from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
+
+from ._common import row_advantages
+from ._entrypoint import Attachment, Call, Declared, Slot
+from ._from_env import attach_from_env as _attach_from_env
 
 #: OpenRLHF's ``args.algo.advantage.estimator`` -> registry entry.
 ESTIMATORS: dict[str, str] = {

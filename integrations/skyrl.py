@@ -53,13 +53,14 @@ import numpy as np
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import outcome_only, row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
-from grpo_monitor.integrations._from_env import attach_from_env_on_import
-from grpo_monitor.integrations._lookup import caller_first, module_references, trainer_setting
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
+
+from ._common import outcome_only, row_advantages
+from ._entrypoint import Attachment, Call, Declared, Slot
+from ._from_env import attach_from_env_on_import
+from ._lookup import caller_first, module_references, trainer_setting
 
 #: The ``ppo_utils`` modules holding the dispatcher, one per SkyRL package.
 MODULES: tuple[str, ...] = ("skyrl_train.utils.ppo_utils", "skyrl.backends.skyrl_train.utils.ppo_utils")

@@ -36,9 +36,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import find_trainer
-from grpo_monitor.integrations._trl_hooks import HOOKED_METHODS, ROWS_KEY, TRLHooks
-from grpo_monitor.integrations._trl_settings import (
+from grpo_monitor.monitor import GRPOMonitor
+from grpo_monitor.sinks.base import Sink
+from grpo_monitor.step.calls import checked
+
+from ._common import find_trainer
+from ._trl_hooks import HOOKED_METHODS, ROWS_KEY, TRLHooks
+from ._trl_settings import (
     ESTIMATOR_OF_SCALE_REWARDS,
     SETTINGS,
     clip_range,
@@ -48,10 +52,7 @@ from grpo_monitor.integrations._trl_settings import (
     trl_rewards,
     trl_settings,
 )
-from grpo_monitor.integrations.hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
-from grpo_monitor.monitor import GRPOMonitor
-from grpo_monitor.sinks.base import Sink
-from grpo_monitor.step.calls import checked
+from .hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
 
 __all__ = [
     "ESTIMATOR_OF_SCALE_REWARDS", "HOOKED_METHODS", "ROWS_KEY", "SETTINGS", "GRPOMonitorCallback", "TRLHooks",

@@ -63,14 +63,15 @@ from typing import Any
 import torch
 
 from grpo_monitor.config import MonitorConfig
-from grpo_monitor.integrations._common import outcome_only, row_advantages
-from grpo_monitor.integrations._entrypoint import Attachment, Call, Declared, Slot
-from grpo_monitor.integrations._from_env import attach_from_env as _attach_from_env
-from grpo_monitor.integrations._lookup import module_references, trainer_setting
-from grpo_monitor.integrations._verl_audit import audit_data_metrics, data_metrics_exact, patch_data_metrics  # noqa: F401
 from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
+
+from ._common import outcome_only, row_advantages
+from ._entrypoint import Attachment, Call, Declared, Slot
+from ._from_env import attach_from_env as _attach_from_env
+from ._lookup import module_references, trainer_setting
+from ._verl_audit import audit_data_metrics, data_metrics_exact, patch_data_metrics  # noqa: F401
 
 MODULE = "verl.trainer.ppo.ray_trainer"
 DISPATCHER = "compute_advantage"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.audit import audit, load_function
-from grpo_monitor.cli import main
+from grpo_monitor.tools.audit import audit, load_function
+from grpo_monitor.tools.cli import main
 
 #: Advantage functions as users write them, each in the style of a known trainer or bug.
 FUNCTIONS = textwrap.dedent('''

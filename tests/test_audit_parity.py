@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.audit.probes import UNIT_SCALE, make_probes
-from grpo_monitor.audit.run import audit
 from grpo_monitor.estimators import ESTIMATORS, custom
+from grpo_monitor.tools.audit.probes import UNIT_SCALE, make_probes
+from grpo_monitor.tools.audit.run import audit
 
 G = 8
 #: Entries whose own arithmetic breaks an invariant on some probe: AReaL clips rewards to +-20, so the offset
@@ -113,7 +113,7 @@ def normalize_then_sum(variant: str = "healthy"):
 
 def live_errors_with_components(fn, k: int) -> list[str]:
     """Errors of the live API ("auto", reward_components= given) on the audit's probes, counted as the audit does."""
-    from grpo_monitor.audit.probes import reward_components
+    from grpo_monitor.tools.audit.probes import reward_components
 
     out = []
     for probe in make_probes(G):
@@ -161,7 +161,7 @@ def test_cli_reward_components(tmp_path, monkeypatch, capsys):
     import inspect
     import json
 
-    from grpo_monitor.cli import main
+    from grpo_monitor.tools.cli import main
 
     source = "import torch\n" + inspect.getsource(_nanstd) + inspect.getsource(normalize_then_sum) + \
         "healthy = normalize_then_sum()\nmisaligned = normalize_then_sum('misaligned')\n"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpo_monitor.audit import audit
+from grpo_monitor.tools.audit import audit
 
 
 def maxrl32(r):

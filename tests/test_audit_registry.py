@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
 from grpo_monitor.estimators import ESTIMATORS
+from grpo_monitor.tools.cli import main
 
 SINGLE = [name for name, est in ESTIMATORS.items() if not est.multi_reward]
 #: Entries whose promises hold on a reward domain the standard-normal probes leave: the audit names them and

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.audit import audit, load_function
-from grpo_monitor.audit.probes import make_probes, offset_for
-from grpo_monitor.cli import main
+from grpo_monitor.tools.audit import audit, load_function
+from grpo_monitor.tools.audit.probes import make_probes, offset_for
+from grpo_monitor.tools.cli import main
 
 #: Advantage functions written as trainers write them: float32 arithmetic, some with a bug.
 FUNCTIONS = textwrap.dedent('''
@@ -195,9 +195,9 @@ def test_doctests():
     """The probes module's examples hold."""
     import doctest
 
-    import grpo_monitor.audit.probes
+    import grpo_monitor.tools.audit.probes
 
-    assert doctest.testmod(grpo_monitor.audit.probes).failed == 0
+    assert doctest.testmod(grpo_monitor.tools.audit.probes).failed == 0
 
 
 # ------------------------------------------------------------------ as users run it

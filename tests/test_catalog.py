@@ -17,10 +17,10 @@ from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.docs import DOCS_PATH, render_markdown
 from grpo_monitor.catalog.docs import main as docs_main
 from grpo_monitor.catalog.metrics import KINDS, METRICS, SECTIONS, SOURCES, STEP_KEY, section_of, summary_for
-from grpo_monitor.demo import BUGS, DemoConfig, run_demo
 from grpo_monitor.report import StepReport
 from grpo_monitor.sinks.jsonl import read_jsonl
 from grpo_monitor.sinks.layout import COMBINED_CHARTS, KNOWN_KEYS
+from grpo_monitor.tools.demo import BUGS, DemoConfig, run_demo
 from grpo_monitor.violations import INVARIANTS
 from references import advantages
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import build_parser, main
+from grpo_monitor.tools.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "numpy", "matplotlib", "pydantic", "wandb", "tensorboard")
@@ -59,7 +59,7 @@ def test_version_falls_back_to_the_package_attribute(monkeypatch, capsys):
 def test_help_imports_nothing_heavy(argv):
     """The top-level --help, --version and most subcommands' --help import no torch, numpy or matplotlib."""
     code = (
-        "import sys\nfrom grpo_monitor.cli import main\n"
+        "import sys\nfrom grpo_monitor.tools.cli import main\n"
         f"try:\n    main({argv!r})\nexcept SystemExit as exc:\n    assert exc.code == 0, exc.code\n"
         f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)"
     )
@@ -71,7 +71,7 @@ def test_help_imports_nothing_heavy(argv):
 def test_building_the_parser_and_importing_the_package_import_no_torch():
     """`import grpo_monitor` and build_parser() leave torch out of sys.modules; a public name then brings it in."""
     code = (
-        "import sys, grpo_monitor\nfrom grpo_monitor.cli import build_parser\nbuild_parser()\n"
+        "import sys, grpo_monitor\nfrom grpo_monitor.tools.cli import build_parser\nbuild_parser()\n"
         "print('torch' in sys.modules)\nfrom grpo_monitor import GRPOMonitor\nprint('torch' in sys.modules)"
     )
     proc = _fresh_python(code)
@@ -110,9 +110,9 @@ def test_star_import_still_gives_every_public_name():
 
 
 def test_lazy_choices_still_reject_an_unknown_value(capsys):
-    """--std and --inject-bug check their choices (from grpo_monitor.theory and grpo_monitor.demo) on use."""
-    from grpo_monitor.demo import BUGS
-    from grpo_monitor.theory import STD_CONVENTIONS
+    """--std and --inject-bug check their choices (from tools.theory and tools.demo) on use."""
+    from grpo_monitor.tools.demo import BUGS
+    from grpo_monitor.tools.theory import STD_CONVENTIONS
 
     with pytest.raises(SystemExit) as exit_:
         main(["theory", "--std", "median"])
@@ -125,8 +125,8 @@ def test_lazy_choices_still_reject_an_unknown_value(capsys):
 
 def test_demo_options_default_to_demo_config(capsys, monkeypatch):
     """Options left out keep DemoConfig's defaults, given ones override them, and --help shows DemoConfig's values."""
-    from grpo_monitor.cli.demo import _config
-    from grpo_monitor.demo import DemoConfig
+    from grpo_monitor.tools.cli.demo import _config
+    from grpo_monitor.tools.demo import DemoConfig
 
     parser = build_parser()
     assert _config(parser.parse_args(["demo"])) == DemoConfig()

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from grpo_monitor.cli import MISSING_EXTRA, main
+from grpo_monitor.tools.cli import MISSING_EXTRA, main
 
 FAST = ["--steps", "3", "--no-progress", "--no-wandb", "--no-tensorboard"]
 
@@ -17,7 +17,7 @@ FAST = ["--steps", "3", "--no-progress", "--no-wandb", "--no-tensorboard"]
 def cli_without(package: str, *argv: str, cwd=None) -> subprocess.CompletedProcess:
     """``grpo-monitor ARGV`` in a fresh interpreter where importing ``package`` fails as if it were not installed."""
     code = (f"import sys; sys.modules[{package!r}] = None\n"
-            "from grpo_monitor.cli import main\n"
+            "from grpo_monitor.tools.cli import main\n"
             f"sys.exit(main({list(argv)!r}))")
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=cwd)
 
@@ -36,7 +36,7 @@ def test_demo_wandb_without_wandb_is_a_worded_error_with_its_own_exit_code(tmp_p
 def test_run_demo_wandb_without_wandb_names_the_extra(tmp_path):
     """The Python entry point, run_demo(wandb=True) without wandb: a ModuleNotFoundError naming the extra."""
     code = ("import sys; sys.modules['wandb'] = None\n"
-            "from grpo_monitor.demo import DemoConfig, run_demo\n"
+            "from grpo_monitor.tools.demo import DemoConfig, run_demo\n"
             "try:\n"
             f"    run_demo(DemoConfig(steps=2), {str(tmp_path)!r}, wandb=True, progress=False, report=False)\n"
             "except ModuleNotFoundError as exc:\n"
@@ -50,7 +50,7 @@ def test_a_demo_without_matplotlib_says_up_front_there_will_be_no_report(tmp_pat
     """Without matplotlib the demo says before training that it writes no report (and how to get one), then runs."""
     out = tmp_path / "run"
     code = ("import sys; sys.modules['matplotlib'] = None\n"
-            "from grpo_monitor.cli import main\n"
+            "from grpo_monitor.tools.cli import main\n"
             f"sys.exit(main(['demo', '--out', {str(out)!r}, *{FAST!r}]))")
     proc = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)

@@ -17,9 +17,9 @@ import torch
 pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig  # noqa: E402
-from grpo_monitor.cli import main  # noqa: E402
-from grpo_monitor.reporting import LogFormatError, load_run, read_step_records  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
+from grpo_monitor.tools.cli import main  # noqa: E402
+from grpo_monitor.tools.reporting import LogFormatError, load_run, read_step_records  # noqa: E402
 
 STEPS = 6
 VIOLATION_STEP = 2  # written on line 3

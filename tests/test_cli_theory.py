@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from grpo_monitor.cli import main
+from grpo_monitor.tools.cli import main
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig, load_repro
-from grpo_monitor.cli import main
-from grpo_monitor.demo import BUGS, DemoConfig, DemoTrainer, run_demo
-from grpo_monitor.demo.run import monitor_config
 from grpo_monitor.sinks.jsonl import read_jsonl
+from grpo_monitor.tools.cli import main
+from grpo_monitor.tools.demo import BUGS, DemoConfig, DemoTrainer, run_demo
+from grpo_monitor.tools.demo.run import monitor_config
 
 
 @pytest.fixture(autouse=True)

@@ -28,7 +28,7 @@ OLD_PATHS = {
     "MonitorClosedError": ("grpo_monitor.step.guard", RuntimeError),
     "UnknownEstimatorError": ("grpo_monitor.estimators.registry", ValueError),
     "InputFileError": ("grpo_monitor.files", ValueError),
-    "LogFormatError": ("grpo_monitor.reporting", ValueError),
+    "LogFormatError": ("grpo_monitor.tools.reporting", ValueError),
     "UnsafePathError": ("grpo_monitor.repro.private_files", PermissionError),
     "UnsafeOutputError": ("grpo_monitor.files", PermissionError),
 }

@@ -14,11 +14,11 @@ pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig, Violation  # noqa: E402
 from grpo_monitor.catalog.metrics import METRICS  # noqa: E402
-from grpo_monitor.cli import main  # noqa: E402
-from grpo_monitor.demo import DemoConfig, run_demo  # noqa: E402
-from grpo_monitor.reporting import FIGURES, build_report, load_run  # noqa: E402
-from grpo_monitor.reporting.plots import draw_degenerate, question_std_matrix, rolling_mean  # noqa: E402
 from grpo_monitor.sinks.jsonl import JSONLSink, read_jsonl  # noqa: E402
+from grpo_monitor.tools.cli import main  # noqa: E402
+from grpo_monitor.tools.demo import DemoConfig, run_demo  # noqa: E402
+from grpo_monitor.tools.reporting import FIGURES, build_report, load_run  # noqa: E402
+from grpo_monitor.tools.reporting.plots import draw_degenerate, question_std_matrix, rolling_mean  # noqa: E402
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -180,7 +180,7 @@ def _data_lines(ax):
 def test_nothing_sits_on_a_border(request, run_fixture):
     """Every series and reference line of every time-axis panel lies at least 2% inside the y range (log: in
     decades)."""
-    from grpo_monitor.reporting.figures import FIGURES as SPECS
+    from grpo_monitor.tools.reporting.figures import FIGURES as SPECS
 
     run = load_run(request.getfixturevalue(run_fixture))
     checked = 0
@@ -204,7 +204,7 @@ def test_nothing_sits_on_a_border(request, run_fixture):
 def test_reference_lines_are_drawn_above_the_data(ds_run):
     """Where the live std sits exactly on the population reference 1, the dashed reference is drawn on top and the
     series gets markers, its legend entry saying it lies on that line."""
-    from grpo_monitor.reporting.plots import draw_advantages
+    from grpo_monitor.tools.reporting.plots import draw_advantages
 
     ax = draw_advantages(load_run(ds_run)).axes[1]
     lines = {ln.get_label().split(" (")[0]: ln for ln in ax.get_lines()}
@@ -216,7 +216,7 @@ def test_reference_lines_are_drawn_above_the_data(ds_run):
 
 def test_question_std_colour_scale_fits_the_data(ds_run):
     """The heatmap's colour bar runs from 0 to the largest share in a cell, not to 1."""
-    from grpo_monitor.reporting.plots import draw_question_std
+    from grpo_monitor.tools.reporting.plots import draw_question_std
 
     run = load_run(ds_run)
     image = draw_question_std(run).axes[0].get_images()[0]
@@ -226,7 +226,7 @@ def test_question_std_colour_scale_fits_the_data(ds_run):
 
 def test_every_logged_metric_is_in_a_figure_or_the_table(ds_run):
     """A key the run logged is drawn or stated by a figure on the page, or listed in the other-metrics table."""
-    from grpo_monitor.reporting import shown_keys
+    from grpo_monitor.tools.reporting import shown_keys
 
     page = build_report(ds_run).read_text()
     drawn = set(re.findall(r'<figure id="fig-(\w+)">', page))
@@ -251,7 +251,7 @@ def test_every_logged_metric_is_in_a_figure_or_the_table(ds_run):
 def test_where_else_to_look_detects_what_exists(tmp_path, layout, expected):
     """TensorBoard events (next to the log or in a subfolder) and W&B run folders are listed; nothing else is
     invented."""
-    from grpo_monitor.reporting.locations import where_else
+    from grpo_monitor.tools.reporting.locations import where_else
 
     for name, text in layout.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)

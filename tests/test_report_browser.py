@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from grpo_monitor.reporting import build_report  # noqa: E402
+from grpo_monitor.tools.reporting import build_report  # noqa: E402
 from test_report_captions import captions, check_page  # noqa: E402  (tests/ is on sys.path under pytest)
 from test_report_runs import VARIANTS  # noqa: E402
 
@@ -108,7 +108,7 @@ LEGEND_VARIANTS = ("clean-demo", "failing", "short-1-step", "sampler-side")
 
 def _hidden_entries(log: Path) -> dict[str, list[str]]:
     """Figure name -> its legend entries whose series the pixel check finds hidden (report_pixels)."""
-    from grpo_monitor.reporting import FIGURES, load_run
+    from grpo_monitor.tools.reporting import FIGURES, load_run
     from report_pixels import hidden
 
     run = load_run(log)
@@ -130,7 +130,7 @@ def test_every_legend_entry_is_visible(rendered):
 
 def test_the_pixel_check_sees_a_hidden_series(tmp_path, monkeypatch):
     """Two equal series: told apart by the figures' mechanism they are visible; without it the one below is hidden."""
-    from grpo_monitor.reporting import load_run, plots_core
+    from grpo_monitor.tools.reporting import load_run, plots_core
     from report_pixels import hidden
 
     run = load_run(VARIANTS["short-3-steps"](tmp_path))
@@ -203,8 +203,8 @@ def test_trl_report_notes_say_what_to_set_in_trl(trl_reports):
 
     from trl import GRPOConfig
 
-    from grpo_monitor.reporting import FIGURES
     from grpo_monitor.sinks import read_jsonl
+    from grpo_monitor.tools.reporting import FIGURES
 
     runs, dom = trl_reports
     trainer, log, _ = runs["without"]
@@ -277,8 +277,8 @@ def test_verl_report_notes_name_verl_settings(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent / "integrations"))
     from grpo_monitor import GRPOMonitor, MonitorConfig
     from grpo_monitor.integrations import verl as grpo_verl
-    from grpo_monitor.reporting import FIGURES
     from grpo_monitor.sinks import JSONLSink, read_jsonl
+    from grpo_monitor.tools.reporting import FIGURES
     from test_verl import AlgoConfig, G, data_proto, ray_trainer
 
     log = tmp_path / "monitor.jsonl"

@@ -2,7 +2,7 @@
 
 The runs are the report variants of ``test_report_runs``. The reference values are computed
 from the JSONL (and the demo's theory.jsonl) with plain json and numpy, independently of
-``grpo_monitor.reporting``; every caption sentence after the first (which says what is
+``grpo_monitor.tools.reporting``; every caption sentence after the first (which says what is
 drawn) must have one of the checkable shapes below. ``tests/test_report_browser.py`` runs
 the same checks on the DOM of the page as headless Chromium renders it.
 """
@@ -21,8 +21,8 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from grpo_monitor.reporting import build_report  # noqa: E402
-from grpo_monitor.reporting.html import SUMMARY_METRICS  # noqa: E402
+from grpo_monitor.tools.reporting import build_report  # noqa: E402
+from grpo_monitor.tools.reporting.html import SUMMARY_METRICS  # noqa: E402
 from test_report_runs import VARIANTS, user_loop  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
@@ -418,8 +418,8 @@ def test_short_runs_are_worded_for_their_length(tmp_path, steps, expected, absen
 
 def test_run_level_check_is_the_demo_cli_line(tmp_path):
     """The page's observed-vs-expected line for a demo run has the numbers `grpo-monitor demo` prints."""
-    from grpo_monitor.demo import DemoConfig, run_demo
-    from grpo_monitor.demo.summary import summary_text
+    from grpo_monitor.tools.demo import DemoConfig, run_demo
+    from grpo_monitor.tools.demo.summary import summary_text
 
     result = run_demo(DemoConfig(steps=25), tmp_path, wandb=False, tensorboard=False, progress=False)
     printed = re.search(r"(\d+) observed, ([\d.]+) expected from p\^G \+ \(1-p\)\^G \(z = ([-+][\d.]+)\)",

@@ -17,8 +17,8 @@ import torch
 pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig  # noqa: E402
-from grpo_monitor.reporting import build_report  # noqa: E402
 from grpo_monitor.sinks import JSONLSink  # noqa: E402
+from grpo_monitor.tools.reporting import build_report  # noqa: E402
 
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 G, B, STEPS = 4, 6, 8

@@ -9,9 +9,9 @@ import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import METRICS
-from grpo_monitor.reporting import FIGURES, load_run
-from grpo_monitor.reporting.notes import INTEGRATIONS, NO_DATA, NOT_OBSERVED, advice
 from grpo_monitor.sinks import JSONLSink
+from grpo_monitor.tools.reporting import FIGURES, load_run
+from grpo_monitor.tools.reporting.notes import INTEGRATIONS, NO_DATA, NOT_OBSERVED, advice
 
 
 def _steps(monitor: GRPOMonitor, n: int) -> None:
@@ -86,7 +86,7 @@ def test_caption_asides_follow_the_integration(integration):
 def test_a_trl_logs_degenerate_caption_names_trl(tmp_path):
     """A log declared by the TRL integration, with no iid prediction: its degenerate caption speaks of TRL's reward
     functions, not of observe_rollout."""
-    from grpo_monitor.reporting import build_report
+    from grpo_monitor.tools.reporting import build_report
     from test_report_captions import captions
 
     log = tmp_path / "monitor.jsonl"
@@ -106,7 +106,7 @@ def test_a_trl_logs_degenerate_caption_names_trl(tmp_path):
 def test_steps_without_a_rollout_are_said_with_their_reason(tmp_path, integration, why):
     """A step that trained on an earlier generation (only observe_loss) leaves the rollout figures blank there; the
     degenerate caption counts the steps that logged a rollout and says why, for the run's integration."""
-    from grpo_monitor.reporting import build_report
+    from grpo_monitor.tools.reporting import build_report
     from test_report_captions import captions, check_page
 
     log = tmp_path / "monitor.jsonl"

@@ -18,8 +18,8 @@ import torch
 pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig  # noqa: E402
-from grpo_monitor.reporting import build_report  # noqa: E402
 from grpo_monitor.sinks import JSONLSink  # noqa: E402
+from grpo_monitor.tools.reporting import build_report  # noqa: E402
 
 
 def user_loop(log: Path, steps: int, *, tokens: bool = True, questions: bool = True, bessel_from: int | None = None,
@@ -69,7 +69,7 @@ def user_loop(log: Path, steps: int, *, tokens: bool = True, questions: bool = T
 
 
 def _demo(out: Path) -> Path:
-    from grpo_monitor.demo import DemoConfig, run_demo
+    from grpo_monitor.tools.demo import DemoConfig, run_demo
 
     wandb = importlib.util.find_spec("wandb") is not None
     run_demo(DemoConfig(steps=30, dynamic_sampling=True), out, wandb=wandb, tensorboard=True, progress=False,

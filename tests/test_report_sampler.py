@@ -17,7 +17,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from grpo_monitor.reporting import FIGURES, build_report, load_run  # noqa: E402
+from grpo_monitor.tools.reporting import FIGURES, build_report, load_run  # noqa: E402
 from test_report_captions import captions, close, first_last  # noqa: E402
 from test_report_runs import VARIANTS, user_loop  # noqa: E402
 

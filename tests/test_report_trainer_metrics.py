@@ -7,8 +7,8 @@ import warnings
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.reporting import build_report, load_run
 from grpo_monitor.sinks import JSONLSink
+from grpo_monitor.tools.reporting import build_report, load_run
 
 
 def _log(tmp_path, trl_values):

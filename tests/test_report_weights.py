@@ -15,9 +15,9 @@ import torch
 pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig  # noqa: E402
-from grpo_monitor.reporting import build_report, load_run  # noqa: E402
-from grpo_monitor.reporting.plots_tokens import draw_weights  # noqa: E402
 from grpo_monitor.sinks.jsonl import JSONLSink  # noqa: E402
+from grpo_monitor.tools.reporting import build_report, load_run  # noqa: E402
+from grpo_monitor.tools.reporting.plots_tokens import draw_weights  # noqa: E402
 
 G, Q, T, MICRO, STEPS = 4, 3, 12, 2, 3
 

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from grpo_monitor.reporting import build_report  # noqa: E402
+from grpo_monitor.tools.reporting import build_report  # noqa: E402
 from test_report_captions import captions, check_page  # noqa: E402  (tests/ is on sys.path under pytest)
 
 
@@ -77,7 +77,7 @@ def test_weights_figure_ticks_read_as_plain_numbers(tmp_path):
     and the legend above every bar."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from grpo_monitor.reporting import FIGURES, load_run
+    from grpo_monitor.tools.reporting import FIGURES, load_run
 
     run = load_run(_weighted_loop(tmp_path / "monitor.jsonl"))
     fig = next(f for f in FIGURES if f.name == "weights").draw(run)
@@ -100,8 +100,8 @@ def test_demo_summary_heads_its_columns_as_the_report(tmp_path, steps):
     1 step), every value right-aligned under its header, and "1 step", not "1 steps"."""
     import html
 
-    from grpo_monitor.demo import DemoConfig, run_demo
-    from grpo_monitor.demo.summary import summary_text
+    from grpo_monitor.tools.demo import DemoConfig, run_demo
+    from grpo_monitor.tools.demo.summary import summary_text
 
     result = run_demo(DemoConfig(steps=steps), tmp_path, wandb=False, tensorboard=False, progress=False,
                       report=False)
@@ -122,8 +122,8 @@ def test_demo_summary_heads_its_columns_as_the_report(tmp_path, steps):
 def test_kl_panel_titles_name_what_they_draw(tmp_path):
     """The KL figure's lower panel is titled by the series it draws: k2 alone for a loop without kl=, k2 and the
     loss's KL for the demo (which passes kl=)."""
-    from grpo_monitor.demo import DemoConfig, run_demo
-    from grpo_monitor.reporting import FIGURES, load_run
+    from grpo_monitor.tools.demo import DemoConfig, run_demo
+    from grpo_monitor.tools.reporting import FIGURES, load_run
     from test_report_runs import user_loop
 
     draw = next(f for f in FIGURES if f.name == "kl").draw
@@ -139,8 +139,8 @@ def test_report_help_names_every_figure():
     """`grpo-monitor report --help` lists every figure the report can draw, by its title."""
     import argparse
 
-    from grpo_monitor.cli import build_parser
-    from grpo_monitor.reporting import FIGURES
+    from grpo_monitor.tools.cli import build_parser
+    from grpo_monitor.tools.reporting import FIGURES
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     described = " ".join(sub.choices["report"].description.split()).lower()

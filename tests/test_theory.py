@@ -1,4 +1,4 @@
-"""grpo_monitor.theory against the seeds' tables, a brute-force enumeration and exact identities."""
+"""grpo_monitor.tools.theory against the seeds' tables, a brute-force enumeration and exact identities."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from references import advantages
 
 # ----------------------------------------------------------- independent reference
 # Plain-Python enumeration of all 2^G ordered binary groups: probabilities and centered
-# sums are Fractions, square roots floats. It shares no code with grpo_monitor.theory.
+# sums are Fractions, square roots floats. It shares no code with grpo_monitor.tools.theory.
 
 
 def _reference_advantages(rewards, estimator, std, eps):

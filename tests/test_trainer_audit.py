@@ -11,9 +11,9 @@ import torch
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import METRICS
 from grpo_monitor.catalog.trainer_keys import CAUSES, NO_COUNTERPART, TRAINER_KEYS, trainer_key
-from grpo_monitor.scan.logged import LOGGED_KEYS, NOT_MAPPED
 from grpo_monitor.step.inputs.tensors import InputTypeError, InputValueError
 from grpo_monitor.step.trainer_audit import AuditContext, diagnose
+from grpo_monitor.tools.scan.logged import LOGGED_KEYS, NOT_MAPPED
 
 
 def _monitor() -> GRPOMonitor:

@@ -4,7 +4,7 @@ One :class:`TrainerKey` per framework key: where the framework computes it (file
 quantity it equals (a monitor key, or the exact recomputation an integration makes from the same
 tensors), the transform between the two definitions, the tolerance and the noise it was measured
 on, and the causes that explain a disagreement. ``scan`` reads a recording through it
-(:mod:`grpo_monitor.scan.logged`), the integrations audit the live values through it
+(:mod:`grpo_monitor.tools.scan.logged`), the integrations audit the live values through it
 (``GRPOMonitor.audit_trainer_metrics``), ``docs/trainer_metrics.md`` lists it. Keys with no faithful
 counterpart are in :data:`NO_COUNTERPART`, with why.
 

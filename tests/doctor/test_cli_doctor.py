@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
-from grpo_monitor.doctor import diagnose, read_recording
+from grpo_monitor.tools.cli import main
+from grpo_monitor.tools.doctor import diagnose, read_recording
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numpy", "matplotlib", "pydantic", "wandb", "tensorboard", "pyarrow")
@@ -116,7 +116,7 @@ def test_out_writes_the_json_atomically(tmp_path, monkeypatch, capsys):
 
 def test_help_imports_nothing_heavy():
     """`doctor --help` answers without importing torch, numpy, matplotlib or pyarrow."""
-    code = ("import sys\nfrom grpo_monitor.cli import main\ntry:\n    main(['doctor', '--help'])\n"
+    code = ("import sys\nfrom grpo_monitor.tools.cli import main\ntry:\n    main(['doctor', '--help'])\n"
             "except SystemExit as e:\n    assert e.code == 0\n"
             f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
@@ -127,7 +127,7 @@ def test_help_imports_nothing_heavy():
 def test_a_scan_output_is_recomputed_for_the_scanned_trainer(tmp_path):
     """A `scan` output folder: its replay's verdicts are recomputed (no replay timing) with the remedies of the
     trainer the scanned format comes from."""
-    from grpo_monitor.scan import scan_rollouts
+    from grpo_monitor.tools.scan import scan_rollouts
 
     pq = pytest.importorskip("pyarrow.parquet")
     pa = pytest.importorskip("pyarrow")

@@ -7,8 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["grpo_monitor.doctor.text", "grpo_monitor.reporting.health_timeline", "grpo_monitor.reporting.health_panel",
-           "grpo_monitor.sinks.webhook", "grpo_monitor.scan.logged"]
+MODULES = ["grpo_monitor.tools.doctor.text", "grpo_monitor.tools.reporting.health_timeline",
+           "grpo_monitor.tools.reporting.health_panel", "grpo_monitor.sinks.webhook", "grpo_monitor.tools.scan.logged"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -21,8 +21,8 @@ pytestmark = pytest.mark.slow  # five real trainer runs: about four minutes on 2
 
 from trl_runs import HEALTHY, record_run  # noqa: E402
 
-from grpo_monitor.cli import main  # noqa: E402
-from grpo_monitor.doctor import diagnose, read_recording  # noqa: E402
+from grpo_monitor.tools.cli import main  # noqa: E402
+from grpo_monitor.tools.doctor import diagnose, read_recording  # noqa: E402
 
 STEPS, G = 12, 4
 #: The run's recordings doctor reads: the W&B offline run, TensorBoard events, TRL's output folder (the completions

@@ -10,8 +10,8 @@ import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.catalog.metrics import DISABLED_PARTS_KEY as DISABLED
-from grpo_monitor.scan import scan_rollouts
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.scan import scan_rollouts
 from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0], [0.0, 0.5, 1.0, 0.0]])

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["grpo_monitor.files.reading", "grpo_monitor.files.writing", "grpo_monitor.cli",
+MODULES = ["grpo_monitor.files.reading", "grpo_monitor.files.writing", "grpo_monitor.tools.cli",
            "grpo_monitor.estimators.registry"]
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig, RunStalled
-from grpo_monitor.cli import main as cli_main
 from grpo_monitor.health import questions
 from grpo_monitor.sinks import ConsoleSink, JSONLSink, read_jsonl
 from grpo_monitor.sinks.base import Sink
+from grpo_monitor.tools.cli import main as cli_main
 from references import advantages
 
 REPO = Path(__file__).resolve().parents[2]

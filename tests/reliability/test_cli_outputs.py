@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
+from grpo_monitor.tools.cli import main
 
 
 def write_rows(path: Path, steps: int = 3) -> Path:

@@ -132,8 +132,8 @@ def test_a_scan_names_the_steps_a_transient_fault_left_unchecked(monkeypatch, tm
     catches step 3's NaN advantage, and the log shows the part off at step 1 only."""
     import json
 
-    from grpo_monitor.scan import format_summary, scan_rollouts
     from grpo_monitor.sinks import read_jsonl
+    from grpo_monitor.tools.scan import format_summary, scan_rollouts
 
     _faulty_rollout_stats(monkeypatch, fail_on={1})
     rows = [{"step": s, "group": g, "reward": float(r), "advantage": math.nan if (s, g, i) == (3, 0, 0) else float(a)}

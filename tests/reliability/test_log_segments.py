@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, InvariantViolation, MonitorConfig
-from grpo_monitor.reporting import load_run
-from grpo_monitor.reporting.html import segments_block, status_block
 from grpo_monitor.sinks.jsonl import JSONLSink, read_jsonl
+from grpo_monitor.tools.reporting import load_run
+from grpo_monitor.tools.reporting.html import segments_block, status_block
 from references import advantages
 
 R = torch.tensor([[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])

@@ -106,10 +106,10 @@ def test_a_sink_that_dropped_reports_says_how_many_at_close_and_in_the_log(tmp_p
 
 def test_the_report_and_the_demo_summary_say_reports_were_dropped(tmp_path):
     """report.html and the demo's closing text name the dropped reports (the W&B copy lacks steps)."""
-    from grpo_monitor.demo import DemoConfig
-    from grpo_monitor.demo.run import DemoResult
-    from grpo_monitor.demo.summary import summary_text
-    from grpo_monitor.reporting import build_report
+    from grpo_monitor.tools.demo import DemoConfig
+    from grpo_monitor.tools.demo.run import DemoResult
+    from grpo_monitor.tools.demo.summary import summary_text
+    from grpo_monitor.tools.reporting import build_report
 
     reports, log, _, _ = _dropping_run(tmp_path)
     count = int(reports[-1].metrics[DROPPED_REPORTS_KEY])

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from grpo_monitor.reporting import build_report
-from grpo_monitor.reporting.data import MAX_GROUP_SIZE, load_run
-from grpo_monitor.reporting.plots import _two_valued, group_size
-from grpo_monitor.scan import scan_rollouts
+from grpo_monitor.tools.reporting import build_report
+from grpo_monitor.tools.reporting.data import MAX_GROUP_SIZE, load_run
+from grpo_monitor.tools.reporting.plots import _two_valued, group_size
+from grpo_monitor.tools.scan import scan_rollouts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def test_report_and_scan_run_under_an_address_space_limit(tmp_path):
 def test_numbers_past_float_range_in_theory_jsonl_are_no_value(tmp_path):
     """An int past float range in theory.jsonl (a scalar, and inside a per-group list) reads as NaN, as a string
     scalar there does (before: OverflowError out of `report`)."""
-    from grpo_monitor.reporting.data import load_run
+    from grpo_monitor.tools.reporting.data import load_run
 
     run = scanned(tmp_path)
     huge = "1" + "0" * 400

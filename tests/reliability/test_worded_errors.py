@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.cli import main
 from grpo_monitor.integrations._from_env import ENV, settings_from_env
 from grpo_monitor.sinks.dispatch import SinkWarning
 from grpo_monitor.sinks.jsonl import JSONLSink
+from grpo_monitor.tools.cli import main
 from references import advantages
 
 HOSTILE_CONFIG = [

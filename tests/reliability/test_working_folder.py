@@ -25,7 +25,7 @@ def fn(rewards):
 # After the command: each planted name resolves to the installed module, and the working folder is not on sys.path.
 CHECK = """
 import importlib.util, json, os, sys
-from grpo_monitor.cli import main
+from grpo_monitor.tools.cli import main
 code = main({argv!r})
 origins = {{name: (importlib.util.find_spec(name).origin if importlib.util.find_spec(name) else None)
            for name in {planted!r}}}

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from test_scan_generic import G, make_rows, write_parquet
 
-from grpo_monitor.cli import main
-from grpo_monitor.scan.progress import DelayedProgress
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.cli import main
+from grpo_monitor.tools.scan.progress import DelayedProgress
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "numpy", "matplotlib", "pydantic", "wandb", "tensorboard", "pyarrow")
@@ -32,7 +32,7 @@ def broken_parquet(tmp_path) -> Path:
 @pytest.mark.parametrize("argv", [["scan", "--help"], ["compare", "--help"]], ids=["scan-help", "compare-help"])
 def test_help_imports_nothing_heavy(argv):
     """`scan --help` and `compare --help` answer without importing torch, numpy, matplotlib or pyarrow."""
-    code = (f"import sys\nfrom grpo_monitor.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit as e:\n"
+    code = (f"import sys\nfrom grpo_monitor.tools.cli import main\ntry:\n    main({argv!r})\nexcept SystemExit as e:\n"
             f"    assert e.code == 0\n"
             f"print('HEAVY', sorted(m for m in {HEAVY!r} if m in sys.modules), file=sys.stderr)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)

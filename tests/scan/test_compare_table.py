@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.cli import main
 from grpo_monitor.sinks import JSONLSink, read_jsonl
+from grpo_monitor.tools.cli import main
 
 B, G = 5, 4
 

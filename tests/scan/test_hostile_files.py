@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
+from grpo_monitor.tools.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -164,7 +164,7 @@ def test_a_long_line_without_a_line_break_stops_at_the_limit(tmp_path, capsys):
 _PEAK = r"""
 import json, sys, time
 from pathlib import Path
-from grpo_monitor.scan.readers import JsonlReader
+from grpo_monitor.tools.scan.readers import JsonlReader
 path, size = Path(sys.argv[1]), int(sys.argv[2])
 with open(path, "w") as f:
     f.write(json.dumps({"step": 0, "group": 0, "reward": 1.0}) + "\n")
@@ -264,7 +264,7 @@ def test_the_read_ahead_child_words_the_same_errors_under_the_same_limits(tmp_pa
     """With the reader in a child process (prefetch), a line over the limit set in the parent and a deeply nested
     line are the same worded ScanInputError, and nothing is left in --out."""
     from grpo_monitor.files import using_limits
-    from grpo_monitor.scan import ScanInputError, scan_rollouts
+    from grpo_monitor.tools.scan import ScanInputError, scan_rollouts
 
     src = write_jsonl(tmp_path / "r.jsonl", rows(), extra=json.dumps({"step": 3, "group": 0, "reward": 1.0,
                                                                       "pad": "x" * 5000}) + "\n")

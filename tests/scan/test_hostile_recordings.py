@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
 from grpo_monitor.sinks import read_jsonl
 from grpo_monitor.sinks.wandb_reader import FULL, HEADER, IDENT, MAGIC, RECORD_HEADER, VERSION
+from grpo_monitor.tools.cli import main
 
 pb = pytest.importorskip("wandb.proto.wandb_internal_pb2")
 

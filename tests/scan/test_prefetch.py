@@ -9,10 +9,10 @@ import tempfile
 
 import pytest
 
-from grpo_monitor.scan import ScanInputError, scan_rollouts
-from grpo_monitor.scan.columns import ColumnMap
-from grpo_monitor.scan.prefetch import _frames, prefetched_steps
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.scan import ScanInputError, scan_rollouts
+from grpo_monitor.tools.scan.columns import ColumnMap
+from grpo_monitor.tools.scan.prefetch import _frames, prefetched_steps
 
 
 def write_dump(folder, steps=5, bad_line=None):

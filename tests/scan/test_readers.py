@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from grpo_monitor.files.reading import InputFileError, read_text_blocks
-from grpo_monitor.scan import ScanInputError, detect_format, open_reader, parse_columns
-from grpo_monitor.scan.rows import group_uids
+from grpo_monitor.tools.scan import ScanInputError, detect_format, open_reader, parse_columns
+from grpo_monitor.tools.scan.rows import group_uids
 
 
 def write_jsonl(path: Path, rows: list, raw_lines: dict[int, str] | None = None) -> Path:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.scan import parquet as scan_parquet
-from grpo_monitor.scan import scan_rollouts
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.scan import parquet as scan_parquet
+from grpo_monitor.tools.scan import scan_rollouts
 
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
@@ -109,7 +109,7 @@ def test_jsonl_with_named_columns_and_consecutive_groups(tmp_path):
     with open(path, "w") as f:
         for r in rows:
             f.write(json.dumps({"iteration": r["step"], "r": r["reward"], "a": r["advantage"]}) + "\n")
-    from grpo_monitor.scan import parse_columns
+    from grpo_monitor.tools.scan import parse_columns
 
     result = scan_rollouts(path, tmp_path / "scan", quiet=True, group_size=G, report=False,
                            columns=parse_columns("step=iteration,reward=r,advantage=a"))
@@ -125,7 +125,7 @@ def test_summed_reward_columns_skip_nulls(tmp_path):
     rows = [{"step": 0, "group": "g", "a": 1.0, "b": None}, {"step": 0, "group": "g", "a": None, "b": None},
             {"step": 0, "group": "g", "a": 0.5, "b": 0.25}, {"step": 0, "group": "g", "a": None, "b": 2.0}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    from grpo_monitor.scan import parse_columns
+    from grpo_monitor.tools.scan import parse_columns
 
     result = scan_rollouts(path, tmp_path / "scan", quiet=True, report=False, tensorboard=False,
                            columns=parse_columns("reward=a+b"))

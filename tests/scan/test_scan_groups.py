@@ -7,9 +7,9 @@ import random
 import numpy as np
 import pytest
 
-from grpo_monitor.scan import ScanInputError, StepRows, build_groups
-from grpo_monitor.scan.groups import question_id, split_repeated
-from grpo_monitor.scan.tally import QuestionTally, common_prefix, common_suffix
+from grpo_monitor.tools.scan import ScanInputError, StepRows, build_groups
+from grpo_monitor.tools.scan.groups import question_id, split_repeated
+from grpo_monitor.tools.scan.tally import QuestionTally, common_prefix, common_suffix
 
 
 def rows_of(keys, rewards, advantages=None, questions="same") -> StepRows:

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_monitor.scan import scan_rollouts
-from grpo_monitor.scan.logged import LOGGED_KEYS, read_logged
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.scan import scan_rollouts
+from grpo_monitor.tools.scan.logged import LOGGED_KEYS, read_logged
 
 G, STEPS, T = 4, 5, 10
 
@@ -201,7 +201,7 @@ def scanned_or_empty(tmp_path, metrics):
 
 def test_summary_shows_the_logged_families(tmp_path, verl_recordings):
     """format_summary prints the mismatch KL, entropy and truncated rows rows when the recording held them."""
-    from grpo_monitor.scan import format_summary
+    from grpo_monitor.tools.scan import format_summary
 
     jsonl, _, refs = verl_recordings
     _, result = scanned(tmp_path, jsonl)
@@ -213,7 +213,7 @@ def test_summary_shows_the_logged_families(tmp_path, verl_recordings):
 def test_cli_metrics_option(tmp_path, verl_recordings, capsys):
     """`grpo-monitor scan ROLLOUTS --metrics verl_metrics.jsonl`: exit 0, the summary shows the mismatch rows; a
     missing recording is exit 2 with the path named."""
-    from grpo_monitor.cli import main
+    from grpo_monitor.tools.cli import main
 
     jsonl, _, _ = verl_recordings
     rollouts = write_rollouts(tmp_path / "rollouts.jsonl")

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
-from grpo_monitor.scan import ScanInputError, format_summary, scan_rollouts
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.cli import main
+from grpo_monitor.tools.scan import ScanInputError, format_summary, scan_rollouts
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:

@@ -8,8 +8,8 @@ import warnings
 import torch
 
 from grpo_monitor import GRPOMonitor, MonitorConfig
-from grpo_monitor.cli import main
 from grpo_monitor.sinks import JSONLSink
+from grpo_monitor.tools.cli import main
 
 
 def _monitor_log(tmp_path):

@@ -18,8 +18,8 @@ pytest.importorskip("wandb")
 pytestmark = pytest.mark.slow  # a real trainer: about half a minute on 2 cores
 
 from grpo_monitor.integrations import trl as gtrl  # noqa: E402
-from grpo_monitor.scan import scan_rollouts  # noqa: E402
 from grpo_monitor.sinks import JSONLSink, read_jsonl  # noqa: E402
+from grpo_monitor.tools.scan import scan_rollouts  # noqa: E402
 from tiny_trl import make_trainer  # noqa: E402
 
 G = 4

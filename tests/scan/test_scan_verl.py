@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.scan import scan_rollouts
 from grpo_monitor.sinks import read_jsonl
+from grpo_monitor.tools.scan import scan_rollouts
 
 G = 4
 STEPS = 12

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from grpo_monitor.cli import main
-from grpo_monitor.scan.logged import read_logged
+from grpo_monitor.tools.cli import main
+from grpo_monitor.tools.scan.logged import read_logged
 
 pytest.importorskip("tensorboard")
 from tensorboard.compat.proto.event_pb2 import Event  # noqa: E402

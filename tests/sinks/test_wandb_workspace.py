@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("wandb_workspaces")
 
 from grpo_monitor.catalog.metrics import METRICS  # noqa: E402
-from grpo_monitor.cli import build_parser, main  # noqa: E402
 from grpo_monitor.sinks.layout import KNOWN_KEYS, section_of  # noqa: E402
 from grpo_monitor.sinks.wandb_workspace import build_workspace, describe_workspace  # noqa: E402
+from grpo_monitor.tools.cli import build_parser, main  # noqa: E402
 
 SECTIONS = ["Groups", "Advantages", "KL", "Mismatch", "Entropy", "Sampling", "Invariants", "Tokens", "Weights",
             "Monitor", "Integrations", "Health"]

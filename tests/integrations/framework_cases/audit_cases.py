@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from _cases import run
-from grpo_monitor.audit import audit
+from grpo_monitor.tools.audit import audit
 
 
 def skyrl_maxrl():

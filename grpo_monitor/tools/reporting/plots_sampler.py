@@ -1,0 +1,136 @@
+"""The report's sampler-side figures: training-inference mismatch, truncation with the degenerate split, entropy.
+
+Each function returns None when the run logged none of what it draws (no ``sampler_logprobs``,
+no ``entropy``). The mismatch figure draws the run's own error threshold (the config in the
+run record, else the default) and the healthy-noise band measured in ``docs/mismatch.md``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .data import RunData
+from .plots_core import (
+    BLUE,
+    GREEN,
+    GREY,
+    LOG_FLOOR,
+    ORANGE,
+    RED,
+    figure,
+    finish,
+    fit_ylim,
+    line,
+    log_panel,
+    percent,
+    reference,
+)
+
+#: Healthy numerical noise of grpo/mismatch/k3_mean (nats per token) measured in docs/mismatch.md over 200 steps
+#: of a real tiny LM: the float32 KV-cache sampler's median up to the bf16 sampler's maximum.
+NOISE_K3 = (8.7e-14, 1.7e-4)
+#: About how tall (pixels) the entropy panel's axes are, and the band height below which its line covers it.
+_AXES_PX, _BAND_PX = 150.0, 12.0
+_SPLIT = (("grpo/groups/degenerate_low_rate", "#d62728", "all unsolved (every row at the lowest reward)"),
+          ("grpo/groups/degenerate_high_rate", "#2ca02c", "all solved (every row at the highest reward)"),
+          ("grpo/groups/degenerate_other_rate", "#7f7f7f", "other degenerate (equal, between)"))
+
+
+def tolerance(run: RunData, name: str) -> float:
+    """``tolerances.<name>`` from the run record's config, else the default (:class:`..config.Tolerances`)."""
+    from ...config import Tolerances
+
+    declared = run.config.get("tolerances")
+    value = declared.get(name) if isinstance(declared, dict) else None
+    return float(value) if isinstance(value, (int, float)) else float(getattr(Tolerances(), name))
+
+
+def draw_mismatch(run: RunData):
+    """Mismatch KL k3 per token (log scale) against the error threshold and the noise band; the mean importance
+    weight against 1 and its +-mismatch_ratio_bias band."""
+    k3, ratio = run.series("grpo/mismatch/k3_mean"), run.series("grpo/mismatch/ratio_mean")
+    if k3 is None and ratio is None:
+        return None
+    fig, axes = figure(2, height=2.7)
+    ax = axes[0]
+    threshold = tolerance(run, "mismatch_k3")
+    log_panel(ax, run, k3, BLUE, f"grpo/mismatch/k3_mean (zeros drawn at {LOG_FLOOR:g})",
+              [(threshold, RED, f"error threshold mismatch_k3 = {threshold:g} nats")])
+    lo, hi = NOISE_K3
+    ax.axhspan(lo, hi, color=GREEN, alpha=0.18, lw=0, label=f"healthy noise measured: {lo:g} to {hi:g} "
+               "(docs/mismatch.md)")
+    bottom, top = ax.get_ylim()
+    ax.set_ylim(min(bottom, lo / 30), max(top, hi * 30))
+    finish(ax, run, "nats per token", "Mismatch KL(sampler || trainer): k3 = e^D - D - 1, D = trainer - sampler")
+    ax = axes[1]
+    bias = tolerance(run, "mismatch_ratio_bias")
+    ax.axhspan(1 - bias, 1 + bias, color=GREEN, alpha=0.18, lw=0, label=f"1 +- mismatch_ratio_bias ({bias:g})")
+    line(ax, run, ratio, BLUE, "grpo/mismatch/ratio_mean", "-")
+    reference(ax, 1.0, GREY, "E_sampler[rho] = 1")
+    fit_ylim(ax, min_span=4 * bias, extra=[1 - bias, 1 + bias])
+    finish(ax, run, "weight", "Mean token importance weight rho = exp(D): 1 when the sampler reports what it sampled")
+    axes[-1].set_xlabel("step")
+    return fig
+
+
+def draw_split(run: RunData):
+    """The degenerate groups split into unsolved, solved and other (stacked: they add up to the degenerate rate),
+    and the share of rows cut at the length limit."""
+    logged = {k: v for k, _, _ in _SPLIT if (v := run.series(k)) is not None}
+    truncated = run.series("grpo/rows/truncated_rate")
+    if not logged and truncated is None:
+        return None
+    # a kind at 0 throughout would be a legend entry with nothing drawn: the caption states its 0 instead
+    present = [(k, c, lab) for k, c, lab in _SPLIT if k in logged and np.nansum(np.abs(logged[k])) > 0]
+    fig, (ax,) = figure(1, height=3.4)
+    stacks = [np.nan_to_num(logged[k], nan=0.0) for k, _, _ in present]  # a step without a key: nothing stacked
+    if stacks:
+        x = run.steps.astype(float)
+        if len(x) == 1:  # one step: a bar 0.8 steps wide, since an area over one point has no width
+            x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
+        ax.stackplot(x, *stacks, colors=[c for _, c, _ in present], alpha=0.55,
+                     labels=[f"{lab} ({k.rsplit('/', 1)[1]})" for k, _, lab in present])
+    line(ax, run, truncated, ORANGE, "truncated rows (grpo/rows/truncated_rate)", "-")
+    percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
+    finish(ax, run, "share", "Degenerate groups by kind (stacked, share of all groups) and truncated rows")
+    ax.set_xlabel("step")
+    return fig
+
+
+def draw_entropy(run: RunData):
+    """Mean per-token entropy of the trainer with +-1 std, and the share of nearly deterministic tokens."""
+    mean, std = run.series("grpo/entropy/mean"), run.series("grpo/entropy/std")
+    low = run.series("grpo/entropy/low_frac")
+    if mean is None and low is None:
+        return None
+    fig, axes = figure(2, height=2.6)
+    ax = axes[0]
+    band = None
+    if mean is not None and std is not None:
+        band = ax.fill_between(run.steps, mean - std, mean + std, color=BLUE, alpha=0.3, lw=0)
+    line(ax, run, mean, BLUE, "grpo/entropy/mean", "-")
+    extra = [] if mean is None or std is None else [*(mean - std), *(mean + std)]
+    fit_ylim(ax, min_span=0.05, extra=extra)
+    title = "Trainer's per-token entropy over valid tokens"
+    if band is not None and std is not None:
+        widest = float(np.nanmax(2 * std)) if np.isfinite(std).any() else 0.0
+        lo, hi = ax.get_ylim()
+        if widest / (hi - lo) * _AXES_PX > _BAND_PX:  # else the line covers the band: say so instead
+            band.set_label("+-1 std over valid tokens (grpo/entropy/std)")
+        else:
+            title += f" (+-1 std band thinner than the line: std at most {widest / 2:.2g} nats)"
+    finish(ax, run, "nats", title)
+    ax = axes[1]
+    line(ax, run, low, ORANGE, f"tokens below entropy_low_threshold = {_low_threshold(run):g} nats", "-")
+    percent(ax)
+    finish(ax, run, "share of valid tokens", "Nearly deterministic tokens (grpo/entropy/low_frac)")
+    axes[-1].set_xlabel("step")
+    return fig
+
+
+def _low_threshold(run: RunData) -> float:
+    from ...config import MonitorConfig
+
+    value = run.config.get("entropy_low_threshold")
+    default = MonitorConfig.model_fields["entropy_low_threshold"].default
+    return float(value) if isinstance(value, (int, float)) else float(default)
