@@ -149,3 +149,54 @@ def test_modules_and_functions_stay_short():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno >= 60:
                 long_functions.append(f"{name}.{node.name}")
     assert (long_modules, long_functions) == ([], [])
+
+
+#: The offline tools (grpo_monitor.tools) and the command line's ``python -m grpo_monitor`` entry.
+TOOLS = ("grpo_monitor.tools", "grpo_monitor.__main__")
+
+
+def _unit(module: str) -> str:
+    """The package a module belongs to: grpo_monitor's first-level subpackage or top-level module (each top-level
+    module is its own unit), ``grpo_monitor.integrations`` as one, ``grpo_monitor.tools.<package>`` for a tool."""
+    parts = module.split(".")
+    if parts[:2] == ["grpo_monitor", "tools"] and len(parts) > 2:
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def _unit_graph() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    """Edges between units, each with the module imports behind it (the package's own ``__init__`` excluded: the
+    root re-exports, it is no layer)."""
+    mods = _modules()
+    edges: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for name, (path, is_pkg) in mods.items():
+        if name == "grpo_monitor":
+            continue
+        for target in _imports(name, path, is_pkg, mods):
+            a, b = _unit(name), _unit(target)
+            if target != "grpo_monitor" and a != b and not a.startswith(b + "."):
+                edges.setdefault((a, b), []).append((name, target))
+    return edges
+
+
+def test_no_two_packages_import_each_other():
+    """Layers go one way: no two packages (or top-level modules) import each other, imports inside functions and
+    under TYPE_CHECKING included (ast reads them all)."""
+    edges = _unit_graph()
+    both = sorted({tuple(sorted((a, b))) for (a, b) in edges if (b, a) in edges})
+    assert both == [], [(a, b, edges[(a, b)][:2], edges[(b, a)][:2]) for a, b in both]
+
+
+def test_the_core_never_imports_the_tools():
+    """Nothing outside grpo_monitor.tools (the command line and what it runs) imports it: the monitor a trainer
+    loads stays the core, and the tools are free to import all of it."""
+    found = [(a, b) for edges in _unit_graph().values() for a, b in edges
+             if b.startswith(TOOLS[0]) and not a.startswith(TOOLS)]
+    assert found == []
+
+
+def test_the_layer_checks_can_fail():
+    """The unit of a module is what the rules compare: two top-level modules are two units, a tool is its package."""
+    assert _unit("grpo_monitor.config") == "grpo_monitor.config"
+    assert _unit("grpo_monitor.tools.scan.run") == "grpo_monitor.tools.scan"
+    assert _unit("grpo_monitor.integrations.trl") == "grpo_monitor.integrations"
