@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_monitor import theory
+from grpo_monitor.tools import theory
 from references import advantages
 
 # ----------------------------------------------------------- independent reference

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from ... import theory
+from .. import theory
 from ...config import MonitorConfig
 from ...monitor import GRPOMonitor
 

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ... import theory
+from .. import theory
 from ...config import Tolerances
 from ...estimators import get
 from ...strict_json import json_safe
