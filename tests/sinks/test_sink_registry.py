@@ -5,10 +5,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import re
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 import grpo_monitor.sinks as sinks_package
 from grpo_monitor.sinks import Sink
