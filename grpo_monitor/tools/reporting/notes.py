@@ -32,6 +32,8 @@ def _registry() -> Any:
     return importlib.import_module(_INTEGRATIONS_PACKAGE)
 
 
+#: The registered integrations' names (:data:`grpo_monitor.integrations.REGISTRY`), in its order.
+REGISTERED: tuple[str, ...] = tuple(_registry().REGISTRY)
 #: Integration name (the run record's) -> how the notes name it: the plain API, the registry's, the scan.
 INTEGRATIONS: dict[str, str] = {"api": "the plain API", **_registry().REGISTRY, "scan": "grpo-monitor scan"}
 
