@@ -67,16 +67,33 @@ from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
 from grpo_monitor.step.distributed import rank_and_world
 
+from ._base import EntryPoint, entry_point_advice
 from ._common import row_advantages
-from ._entrypoint import Attachment, Call, Declared, Slot
-from ._from_env import attach_from_env as _attach_from_env
+from ._entrypoint import Attachment, Call, Declared
 from ._lookup import trainer_setting
 
 MODULE = "areal.trainer.ppo.actor"
 METHOD = "_compute_advantages"
 _ROWS_PER_RANK = 1 << 40  # group ids of rank k start at k << 40
 
-_SLOT = Slot("areal")
+
+class _AReaL(EntryPoint):
+    """``PPOActor._compute_advantages`` on the class and every loaded override."""
+
+    def load(self) -> Any:
+        return importlib.import_module(MODULE).PPOActor
+
+    def install(self, state: Attachment, loaded: Any, classes: Sequence[type] = (), **options: Any) -> None:
+        state.patch_overrides(loaded, METHOD, classes, _capture, self.observer(state))
+
+    def observe(self, state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+
+INTEGRATION = _AReaL("areal", advice=entry_point_advice("contiguous blocks of rows", {
+    "grpo/kl/": "give the actor a reference model (the batch then carries ref_logp)",
+}))
+attach_from_env, detach, attached = INTEGRATION.attach_from_env, INTEGRATION.detach, INTEGRATION.attached
 
 
 def _norm(cfg: Any) -> tuple | None:
@@ -132,27 +149,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     (:func:`declared_estimator`; fields set in ``config`` win; ``rollout_scope="local"``).
     With ``step_per_call`` every call is one monitor step. Raises ``RuntimeError`` when attached.
     """
-    _SLOT.check_free()
-    actor = importlib.import_module(MODULE).PPOActor
-    state = Attachment("areal", monitor, config, sinks, step_per_call)
-    state.patch_overrides(actor, METHOD, classes, _capture, _observer(state))
-    return _SLOT.claim(state)
-
-
-def attach_from_env() -> Attachment:
-    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG`` (when AReaL runs under Ray: usable as its
-    ``worker_process_setup_hook``); the current attachment when already attached."""
-    return _attach_from_env(attach, lambda: _SLOT.current)
-
-
-def detach() -> None:
-    """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    _SLOT.release()
-
-
-def attached() -> GRPOMonitor | None:
-    """The monitor AReaL's advantages report to (None before the first call builds it, or when detached)."""
-    return _SLOT.monitor()
+    return INTEGRATION.attach(monitor, config=config, sinks=sinks, step_per_call=step_per_call, classes=classes)
 
 
 # ------------------------------------------------------------------ the call
@@ -169,13 +166,6 @@ def _capture(actor: Any, data: dict, *args: Any, **kwargs: Any) -> Call:
     declared = dataclasses.replace(declared, policy_lag=policy_lag(actor.config))
     return Call(declared, {"actor": actor, "has_ref": data.get("ref_logp") is not None,
                            "sampler": data.get("logprobs"), "trainer": data.get("prox_logp")})
-
-
-def _observer(state: Attachment):
-    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
-        _observe(state, monitor, call, out)
-
-    return observe
 
 
 def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> None:

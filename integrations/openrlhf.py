@@ -57,9 +57,9 @@ from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
 
+from ._base import EntryPoint, entry_point_advice
 from ._common import row_advantages
-from ._entrypoint import Attachment, Call, Declared, Slot
-from ._from_env import attach_from_env as _attach_from_env
+from ._entrypoint import Attachment, Call, Declared
 
 #: OpenRLHF's ``args.algo.advantage.estimator`` -> registry entry.
 ESTIMATORS: dict[str, str] = {
@@ -79,7 +79,25 @@ GPU_MODULES: dict[str, dict[str, Any]] = {
     "vllm": {"SamplingParams": None}, "vllm.inputs": {"TokensPrompt": None}, "vllm.utils": {"random_uuid": None},
 }
 
-_SLOT = Slot("openrlhf")
+
+class _OpenRLHF(EntryPoint):
+    """``compute_advantages_and_returns`` on ``RemoteExperienceMaker`` and every loaded override."""
+
+    def load(self) -> Any:
+        return import_experience_maker().RemoteExperienceMaker
+
+    def install(self, state: Attachment, loaded: Any, classes: Sequence[type] = (), **options: Any) -> None:
+        state.patch_overrides(loaded, METHOD, classes, _capture, self.observer(state))
+
+    def observe(self, state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call)
+
+
+INTEGRATION = _OpenRLHF("openrlhf", advice=entry_point_advice("experience.index", {
+    "grpo/kl/": "run with a reference model (--algo.kl.init_coef > 0 or --algo.kl.use_loss): the experience then "
+                "carries base_action_log_probs",
+}))
+attach_from_env, detach, attached = INTEGRATION.attach_from_env, INTEGRATION.detach, INTEGRATION.attached
 
 
 def stub_gpu_modules() -> list[str]:
@@ -148,17 +166,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     monitor step. ``classes`` adds maker classes loaded later than the ones found now.
     Raises ``RuntimeError`` when already attached.
     """
-    _SLOT.check_free()
-    maker = import_experience_maker().RemoteExperienceMaker
-    state = Attachment("openrlhf", monitor, config, sinks, step_per_call)
-    state.patch_overrides(maker, METHOD, classes, _capture, _observer(state))
-    return _SLOT.claim(state)
-
-
-def attach_from_env() -> Attachment:
-    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
-    (``"grpo_monitor.integrations.openrlhf.attach_from_env"``); the current attachment when already attached."""
-    return _attach_from_env(attach, lambda: _SLOT.current)
+    return INTEGRATION.attach(monitor, config=config, sinks=sinks, step_per_call=step_per_call, classes=classes)
 
 
 def with_trackers(declared: Declared, args: Any) -> Declared:
@@ -172,16 +180,6 @@ def with_trackers(declared: Declared, args: Any) -> Declared:
     out = getattr(getattr(args, "ckpt", None), "output_dir", None)
     return dataclasses.replace(declared, trackers=trackers, output_dir=str(out) if out else None,
                                tensorboard_dir=os.path.join(tb, run_name) if tb and run_name else tb)
-
-
-def detach() -> None:
-    """Restore the methods :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    _SLOT.release()
-
-
-def attached() -> GRPOMonitor | None:
-    """The monitor OpenRLHF's advantages report to (None before the first call builds it, or when detached)."""
-    return _SLOT.monitor()
 
 
 def import_experience_maker() -> types.ModuleType:
@@ -203,13 +201,6 @@ def _capture(maker: Any, experiences: Sequence[Any], *args: Any, **kwargs: Any) 
     kl_in_reward = not margs.algo.kl.use_loss and kl_coef > 0 and any(k is not None for k in kls)
     return Call(with_trackers(declared_estimator(margs), margs),
                 {"kl": kls, "kl_coef": kl_coef, "kl_in_reward": kl_in_reward, "experiences": list(experiences)})
-
-
-def _observer(state: Attachment):
-    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
-        _observe(state, monitor, call)
-
-    return observe
 
 
 def _observe(state: Attachment, monitor: GRPOMonitor, call: Call) -> None:

@@ -57,9 +57,9 @@ from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
 
+from ._base import EntryPoint, entry_point_advice
 from ._common import outcome_only, row_advantages
-from ._entrypoint import Attachment, Call, Declared, Slot
-from ._from_env import attach_from_env_on_import
+from ._entrypoint import Attachment, Call, Declared
 from ._lookup import caller_first, module_references, trainer_setting
 
 #: The ``ppo_utils`` modules holding the dispatcher, one per SkyRL package.
@@ -70,7 +70,35 @@ ESTIMATORS: dict[str, str] = {"rloo": "leave_one_out", "maxrl": "skyrl.maxrl"}
 DEFAULT_EPSILON = 1e-6  # compute_grpo_outcome_advantage / compute_maxrl_advantage
 _PAD_UID = re.compile(r"pad\d+")
 
-_SLOT = Slot("skyrl")
+
+class _SkyRL(EntryPoint):
+    """The ``ppo_utils`` dispatcher of each importable SkyRL package, and every loaded module's copy of it.
+
+    ``ppo_utils`` creates SkyRL's named ``RegistryActor`` at import time when Ray is initialized, which
+    Ray's setup hook must not do (the worker aborts; :mod:`grpo_monitor.integrations._on_import`): so
+    ``attach_from_env`` imports nothing of SkyRL and wraps the dispatcher when the trainer's code first
+    imports ``ppo_utils`` (right away when it already is).
+    """
+
+    def load(self) -> Any:
+        return import_ppo_utils()
+
+    def install(self, state: Attachment, loaded: Any, **options: Any) -> None:
+        for module in loaded:
+            original = getattr(module, DISPATCHER)
+            capture = _capturer(inspect.signature(original))
+            for owner, attr in module_references(("skyrl_train", "skyrl"), original):
+                state.patch(owner, attr, capture, self.observer(state))
+
+    def observe(self, state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+
+INTEGRATION = _SkyRL("skyrl", on_import=MODULES, advice=entry_point_advice("uid", {
+    "grpo/kl/": "the SkyRL integration observes the advantage dispatcher only; call "
+                "monitor.observe_loss(mask=..., logprobs=..., ref_logprobs=...) in your policy loss",
+}))
+attach_from_env, detach, attached = INTEGRATION.attach_from_env, INTEGRATION.detach, INTEGRATION.attached
 
 
 def allow_python311() -> bool:
@@ -146,28 +174,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     set in ``config`` win). With ``step_per_call`` every call is one monitor step.
     Raises ``ImportError`` when no SkyRL package imports, ``RuntimeError`` when attached.
     """
-    _SLOT.check_free()
-    modules = import_ppo_utils()
-    state = Attachment("skyrl", monitor, config, sinks, step_per_call)
-    for module in modules:
-        original = getattr(module, DISPATCHER)
-        capture = _capturer(inspect.signature(original))
-        for owner, attr in module_references(("skyrl_train", "skyrl"), original):
-            state.patch(owner, attr, capture, _observer(state))
-    return _SLOT.claim(state)
-
-
-def attach_from_env() -> Attachment | None:
-    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
-    (``"grpo_monitor.integrations.skyrl.attach_from_env"``).
-
-    SkyRL's ``ppo_utils`` creates its named ``RegistryActor`` at import time when Ray is
-    initialized, which a setup hook must not do (the worker aborts; see
-    :mod:`grpo_monitor.integrations._on_import`). So the hook imports nothing of SkyRL:
-    the dispatcher is wrapped when the trainer's code first imports ``ppo_utils``, and
-    right away when it already is. Returns the attachment, or None while waiting for that import.
-    """
-    return attach_from_env_on_import(attach, _SLOT, MODULES, defer_errors=True)
+    return INTEGRATION.attach(monitor, config=config, sinks=sinks, step_per_call=step_per_call)
 
 
 def with_trackers(declared: Declared, trainer_cfg: Any) -> Declared:
@@ -180,16 +187,6 @@ def with_trackers(declared: Declared, trainer_cfg: Any) -> Declared:
     out = get("export_path", None)
     return dataclasses.replace(declared, trackers=tuple(tracker_names(get("logger", None))),
                                output_dir=str(out) if out else None)
-
-
-def detach() -> None:
-    """Restore every reference :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    _SLOT.release()
-
-
-def attached() -> GRPOMonitor | None:
-    """The monitor SkyRL's advantages report to (None before the first call builds it, or when detached)."""
-    return _SLOT.monitor()
 
 
 def import_ppo_utils() -> list[Any]:
@@ -223,13 +220,6 @@ def _capturer(signature: inspect.Signature):
                                "index": bound["index"], "sampler": _sampler_capture(bound["response_mask"])})
 
     return capture
-
-
-def _observer(state: Attachment):
-    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
-        _observe(state, monitor, call, out)
-
-    return observe
 
 
 def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:

@@ -40,6 +40,7 @@ from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
 
+from ._base import Integration
 from ._common import find_trainer
 from ._trl_hooks import HOOKED_METHODS, ROWS_KEY, TRLHooks
 from ._trl_settings import (
@@ -55,10 +56,36 @@ from ._trl_settings import (
 from .hf import REPORTS_KEPT, MonitorCallback, resolve_sinks
 
 __all__ = [
-    "ESTIMATOR_OF_SCALE_REWARDS", "HOOKED_METHODS", "ROWS_KEY", "SETTINGS", "GRPOMonitorCallback", "TRLHooks",
-    "attach", "clip_range", "config_from_trainer", "detach", "importance_mask", "loss_aggregation", "trl_rewards",
-    "trl_settings",
+    "ESTIMATOR_OF_SCALE_REWARDS", "HOOKED_METHODS", "INTEGRATION", "ROWS_KEY", "SETTINGS", "GRPOMonitorCallback",
+    "TRLHooks", "attach", "clip_range", "config_from_trainer", "detach", "importance_mask", "loss_aggregation",
+    "trl_rewards", "trl_settings",
 ]
+
+#: The TRL integration as the report reads it: what to set in ``GRPOConfig`` for a family the run did not log
+#: (``{beta}``, ...: the run's values, recorded by :func:`trl_settings`), and why steps can lack a rollout.
+INTEGRATION = Integration("trl", advice={
+    "grpo/kl/": "set beta > 0 in GRPOConfig (this run: beta = {beta}); TRL then computes the reference log-probs "
+                "the KL estimators need",
+    "grpo/ratio/": "set num_iterations > 1 in GRPOConfig (this run: num_iterations = {num_iterations}), or "
+                   "steps_per_generation above gradient_accumulation_steps; TRL then keeps old_per_token_logps, "
+                   "from which the ratio is computed",
+    "grpo/sampling/responses_per_retained_group": "TRL's GRPOTrainer has no dynamic sampling: every generated "
+                                                  "group is trained on, so there is no ledger",
+    "grpo/groups/overdispersion": "reward functions whose weighted sum is 0 or 1 per completion give it (TRL's "
+                                  "prompts are the question ids)",
+    "grpo/weights/": "the TRL integration measures the loss's token weights from the policy log-probs of each "
+                     "loss; none reached it in this run (see docs/integrations.md for the loss types and masks it "
+                     "declares)",
+    "grpo/mismatch/": "set use_vllm=True and vllm_importance_sampling_correction=True in GRPOConfig (this run: "
+                      "use_vllm = {use_vllm}, vllm_importance_sampling_correction = "
+                      "{vllm_importance_sampling_correction}); TRL then keeps sampling_per_token_logps, the "
+                      "sampler's log-probs the mismatch statistics compare with the trainer's",
+    "grpo/entropy/": "the TRL integration passes TRL's own per-token entropies; none reached it in this run (TRL "
+                     "computes them for the loss, see docs/integrations.md)",
+}, rollout_gaps="TRL trains on each generation for several optimizer steps when num_iterations > 1 or "
+                "steps_per_generation is above gradient_accumulation_steps (this run: num_iterations = "
+                "{num_iterations}, steps_per_generation = {steps_per_generation}, gradient_accumulation_steps = "
+                "{gradient_accumulation_steps})")
 
 
 class GRPOMonitorCallback(MonitorCallback):

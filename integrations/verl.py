@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import importlib
 import inspect
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -67,9 +68,9 @@ from grpo_monitor.monitor import GRPOMonitor
 from grpo_monitor.sinks.base import Sink
 from grpo_monitor.step.calls import checked
 
+from ._base import EntryPoint, entry_point_advice
 from ._common import outcome_only, row_advantages
-from ._entrypoint import Attachment, Call, Declared, Slot
-from ._from_env import attach_from_env as _attach_from_env
+from ._entrypoint import Attachment, Call, Declared
 from ._lookup import module_references, trainer_setting
 from ._verl_audit import audit_data_metrics, data_metrics_exact, patch_data_metrics  # noqa: F401
 
@@ -90,9 +91,43 @@ ESTIMATORS: dict[str, tuple[str, str]] = {
 #: ``grpo_vectorized`` has its own argument, which the dispatcher never passes: it always divides).
 READS_CONFIG: tuple[str, ...] = ("grpo_passk",)
 
-_SLOT = Slot("verl")
 _KL_MASK: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("grpo_monitor_kl_mask", default=None)
 _IN_KL: contextvars.ContextVar[bool] = contextvars.ContextVar("grpo_monitor_in_kl", default=False)
+
+
+class _Verl(EntryPoint):
+    """``ray_trainer.compute_advantage`` and every loaded module's copy of it; ``kl_penalty``; the data metrics."""
+
+    def load(self) -> Any:
+        return importlib.import_module(MODULE)
+
+    def install(self, state: Attachment, loaded: Any, kl: bool = True, **options: Any) -> None:
+        original = getattr(loaded, DISPATCHER)
+        wrapper = state.wrap(original, _capture, self.observer(state))
+        for module, name in [(loaded, DISPATCHER)] + _copies(original, loaded):
+            state.patch_with(module, name, wrapper)
+        if kl:
+            _patch_kl(state)
+        patch_data_metrics(state)
+
+    def observe(self, state: Attachment, monitor: GRPOMonitor, call: Call, out: Any) -> None:
+        _observe(state, monitor, call, out)
+
+
+INTEGRATION = _Verl("verl", advice=entry_point_advice("uid", {
+    "grpo/mismatch/": "the rollout must return its log-probs: set actor_rollout_ref.rollout.calculate_log_probs=True "
+                      "(default False), so the DataProto carries rollout_log_probs beside old_log_probs",
+    "grpo/entropy/": "the verl integration sees the driver's DataProto, which holds no per-token entropies; call "
+                     "monitor.observe_loss(mask=..., entropy=...) where the actor computes them",
+    "grpo/weights/": "declare the actor's loss aggregation: MonitorConfig(group_size=n, "
+                     "**grpo_monitor.integrations.verl.loss_config(cfg.actor_rollout_ref.actor)); to measure the "
+                     "weights, call observe_loss(..., loss=) where agg_loss runs",
+    "grpo/kl/": "set algorithm.use_kl_in_reward=True or actor_rollout_ref.actor.use_kl_loss=True; verl then calls "
+                "kl_penalty, which the integration observes with the response mask",
+    "grpo/adv/": "the integration checks verl's group-relative estimators (grpo, rloo, ...); this run used none of "
+                 "them",
+}))
+attach_from_env, detach, attached = INTEGRATION.attach_from_env, INTEGRATION.detach, INTEGRATION.attached
 
 
 def declared_estimator(adv_estimator: Any, norm_adv_by_std_in_grpo: bool = True, config: Any = None,
@@ -176,35 +211,7 @@ def attach(monitor: GRPOMonitor | None = None, *, config: MonitorConfig | None =
     ``sinks`` (``"auto"``: the trackers of ``trainer.logger``). ``kl`` also wraps
     ``kl_penalty`` (worker-side; for plain loops). Raises ``RuntimeError`` when already attached.
     """
-    _SLOT.check_free()
-    import importlib
-
-    ray_trainer = importlib.import_module(MODULE)
-    state = Attachment("verl", monitor, config, sinks, step_per_call)
-    original = getattr(ray_trainer, DISPATCHER)
-    wrapper = state.wrap(original, _capture, _observer(state))
-    for module, name in [(ray_trainer, DISPATCHER)] + _copies(original, ray_trainer):
-        state.patch_with(module, name, wrapper)
-    if kl:
-        _patch_kl(state)
-    patch_data_metrics(state)
-    return _SLOT.claim(state)
-
-
-def attach_from_env() -> Attachment:
-    """:func:`attach` configured by ``GRPO_MONITOR_CONFIG``: usable as Ray's ``worker_process_setup_hook``
-    (``"grpo_monitor.integrations.verl.attach_from_env"``); the current attachment when already attached."""
-    return _attach_from_env(attach, lambda: _SLOT.current)
-
-
-def detach() -> None:
-    """Restore what :func:`attach` replaced; close the monitor it built (no-op when not attached)."""
-    _SLOT.release()
-
-
-def attached() -> GRPOMonitor | None:
-    """The monitor verl's advantages report to (None before the first call builds it, or when detached)."""
-    return _SLOT.monitor()
+    return INTEGRATION.attach(monitor, config=config, sinks=sinks, step_per_call=step_per_call, kl=kl)
 
 
 def _copies(original: Callable, home: Any) -> list[tuple[Any, str]]:
@@ -223,13 +230,6 @@ def _capture(data: Any, adv_estimator: Any, gamma: float = 1.0, lam: float = 1.0
     outcome = (outcome_only(data.batch["token_level_rewards"], data.batch["response_mask"]) if whitened else True)
     return Call(declared_estimator(adv_estimator, norm_adv_by_std_in_grpo, config, trainer_section, gamma=gamma,
                                    outcome_only=outcome), {"std_flag_ignored": ignored})
-
-
-def _observer(state: Attachment):
-    def observe(monitor: GRPOMonitor, call: Call, out: Any) -> None:
-        _observe(state, monitor, call, out)
-
-    return observe
 
 
 def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, data: Any) -> None:

@@ -1,4 +1,5 @@
-"""Sinks: where step reports go (JSONL, TensorBoard, W&B, Trackio, MLflow, console, a chat webhook).
+"""Sinks: where step reports go (JSONL, TensorBoard, W&B, Trackio, MLflow, console, a chat webhook), by name in
+:mod:`grpo_monitor.sinks.registry`.
 
 Exports are lazy: ``from grpo_monitor.sinks import JSONLSink`` imports neither wandb,
 tensorboard, trackio, mlflow nor rich; each backend is imported by the sink method that first needs it.
@@ -11,19 +12,13 @@ from typing import Any
 
 from .base import Sink
 from .dispatch import SinkSet, SinkWarning
+from .registry import lazy_exports
 
-#: Public name -> submodule that defines it.
+#: Public name -> submodule that defines it: each sink of the registry (its class and exports), and the helpers.
 _LAZY = {
-    "JSONLSink": "jsonl",
-    "read_jsonl": "jsonl",
-    "TensorBoardSink": "tensorboard_sink",
-    "WandbSink": "wandb_sink",
-    "TrackioSink": "trackio_sink",
-    "MLflowSink": "mlflow_sink",
+    **lazy_exports(),
     "sinks_for_trackers": "auto",
     "tracker_names": "auto",
-    "ConsoleSink": "console",
-    "WebhookSink": "webhook",
     "read_wandb_records": "wandb_reader",
     "build_workspace": "wandb_workspace",
 }

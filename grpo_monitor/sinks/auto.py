@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from .base import Sink
+from .registry import SPECS, TRACKERS, sink_for_tracker, sink_from_spec
 
-#: Trackers with a sink. ``console`` and ``file`` are the trainer's own printing/logging: no sink, no warning.
-SUPPORTED: tuple[str, ...] = ("wandb", "tensorboard", "trackio", "mlflow")
+#: Trackers with a sink (the registry's, :data:`grpo_monitor.sinks.registry.TRACKERS`). ``console`` and ``file``
+#: are the trainer's own printing/logging: no sink, no warning.
+SUPPORTED: tuple[str, ...] = tuple(TRACKERS)
 SILENT: tuple[str, ...] = ("console", "file", "none", "codecarbon")
 #: Where the fallback log goes, under the trainer's output folder (a name no Python package has).
 FALLBACK_NAME = "grpo-monitor/monitor.jsonl"
@@ -53,7 +55,7 @@ def _installed() -> list[str]:
         return list(hf.get_available_reporting_integrations())
     import importlib.util
 
-    return [n for n in SUPPORTED if importlib.util.find_spec(n) is not None]
+    return [n for n, kind in TRACKERS.items() if importlib.util.find_spec(kind.backend or n) is not None]
 
 
 def sinks_for_trackers(names: Iterable[str], *, framework: str, output_dir: str | os.PathLike | None = None,
@@ -65,7 +67,7 @@ def sinks_for_trackers(names: Iterable[str], *, framework: str, output_dir: str 
     working directory. Unsupported names are warned once per process and name.
     """
     names = list(names)
-    out: list[Sink] = [_sink(name, output_dir, tensorboard_dir) for name in names if name in SUPPORTED]
+    out: list[Sink] = [sink_for_tracker(name, output_dir, tensorboard_dir) for name in names if name in SUPPORTED]
     unsupported = [n for n in names if n not in SUPPORTED and n not in SILENT]
     if unsupported and not set(unsupported) <= _WARNED:
         _WARNED.update(unsupported)
@@ -75,24 +77,6 @@ def sinks_for_trackers(names: Iterable[str], *, framework: str, output_dir: str 
     if not out and fallback:
         out.append(fallback_sink(framework, output_dir))
     return out
-
-
-def _sink(name: str, output_dir: str | os.PathLike | None, tensorboard_dir: str | os.PathLike | None) -> Sink:
-    if name == "wandb":
-        from .wandb_sink import WandbSink
-
-        return WandbSink()
-    if name == "tensorboard":
-        from .tensorboard_sink import TensorBoardSink
-
-        return TensorBoardSink(tensorboard_dir or Path(output_dir or ".") / "runs")
-    if name == "trackio":
-        from .trackio_sink import TrackioSink
-
-        return TrackioSink()
-    from .mlflow_sink import MLflowSink
-
-    return MLflowSink()
 
 
 def fallback_sink(framework: str, output_dir: str | os.PathLike | None) -> Sink:
@@ -126,46 +110,13 @@ def _owned_log_path(path: Path) -> tuple[Path, str | None]:
         return fallback_private_dir("grpo-monitor-log-") / path.name, str(exc)
 
 
-#: Sink specs of ``GRPO_MONITOR_CONFIG``'s ``"sinks"``: a name, or ``name:argument``.
-SPECS = ("auto", "jsonl:PATH", "tensorboard:DIR", "wandb", "trackio", "mlflow", "console", "webhook:URL")
-
-
 def sinks_from_specs(specs: Any) -> list[Sink | str]:
-    """Sinks from spec strings (``"jsonl:PATH"``, ``"tensorboard:DIR"``, ``"wandb"``, ``"trackio"``,
-    ``"mlflow"``, ``"console"``, ``"webhook:URL"``); ``"auto"`` stays the string ``"auto"``, resolved by the
-    integration.
+    """Sinks from spec strings (the registry's :data:`~grpo_monitor.sinks.registry.SPECS`: ``"jsonl:PATH"``,
+    ``"tensorboard:DIR"``, ``"wandb"``, ...); ``"auto"`` stays the string ``"auto"``, resolved by the integration.
 
     >>> [type(s).__name__ if not isinstance(s, str) else s for s in sinks_from_specs(["auto", "jsonl:/tmp/m.jsonl"])]
     ['auto', 'JSONLSink']
     """
     if isinstance(specs, str) or not isinstance(specs, (list, tuple)):
         raise ValueError(f"sinks must be a list of sink specs such as {list(SPECS)}, but got {specs!r}")
-    return [_from_spec(spec) for spec in specs]
-
-
-def _from_spec(spec: Any) -> Sink | str:
-    if not isinstance(spec, str):
-        raise ValueError(f"a sink spec must be a string such as {list(SPECS)}, but got {spec!r}")
-    name, _, arg = spec.partition(":")
-    name = name.strip().lower()
-    if name == "auto" and not arg:
-        return "auto"
-    if name in ("jsonl", "tensorboard"):
-        if not arg:
-            raise ValueError(f"sink spec {spec!r} needs a path: {name}:{'PATH' if name == 'jsonl' else 'DIR'}")
-        if name == "jsonl":
-            from .jsonl import JSONLSink
-
-            return JSONLSink(arg)
-        return _sink("tensorboard", None, arg)
-    if name in ("wandb", "trackio", "mlflow") and not arg:
-        return _sink(name, None, None)
-    if name == "console" and not arg:
-        from .console import ConsoleSink
-
-        return ConsoleSink()
-    if name == "webhook":
-        from .webhook import WebhookSink
-
-        return WebhookSink(arg.strip())  # its check names what a URL must be
-    raise ValueError(f"unknown sink spec {spec!r}; expected one of {list(SPECS)}")
+    return [sink_from_spec(spec) for spec in specs]

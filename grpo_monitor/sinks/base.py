@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +79,18 @@ class Sink:
     name: str = "sink"
     main_process_only: bool = True
     synchronous: bool = False
+
+    @classmethod
+    def from_spec(cls, argument: str | None) -> Sink:
+        """The sink a ``GRPO_MONITOR_CONFIG`` spec names (:mod:`grpo_monitor.sinks.registry`): ``cls(argument)``,
+        ``cls()`` when the spec takes no argument."""
+        return cls() if argument is None else cls(argument)  # type: ignore[call-arg]
+
+    @classmethod
+    def for_tracker(cls, *, output_dir: str | os.PathLike | None, tensorboard_dir: str | os.PathLike | None) -> Sink:
+        """The sink ``sinks="auto"`` builds for the trainer's tracker of this kind (the trainer's output and
+        TensorBoard folders given): ``cls()``, logging into the run the trainer opened."""
+        return cls()
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         """Write scalar metrics for ``step``."""

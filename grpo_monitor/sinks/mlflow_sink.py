@@ -17,8 +17,9 @@ import time
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink, require
+from .base import Sink
 from .layout import STEP_KEY
+from .registry import require_backend
 from .rows import ScheduledTables, cell
 
 #: MLflow's limits: metrics/params per ``log_batch`` call, characters of a param value.
@@ -80,7 +81,7 @@ class MLflowSink(ScheduledTables, Sink):
     def client(self) -> Any:
         """The ``mlflow.MlflowClient`` written through (created on first access)."""
         if self._client is None:
-            require("mlflow", "MLflowSink needs the `mlflow` package (mlflow-skinny is enough)", "mlflow")
+            require_backend("mlflow", "MLflowSink needs the `mlflow` package (mlflow-skinny is enough)")
             from mlflow import MlflowClient
 
             self._client = MlflowClient(tracking_uri=self.tracking_uri)

@@ -6,11 +6,13 @@ import importlib.util
 import os
 import re
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..report import StepReport
 from .base import Sink
 from .layout import KNOWN_KEYS, charts, section_of
+from .registry import SINKS
 from .rows import finite
 
 if TYPE_CHECKING:  # imported on first use only: tensorboard is optional
@@ -60,6 +62,12 @@ class TensorBoardSink(Sink):
         self._layout_keys: set[str] = set()
         self._step = 0  # the latest report's step: an alert is written there
 
+    @classmethod
+    def for_tracker(cls, *, output_dir: str | os.PathLike | None,
+                    tensorboard_dir: str | os.PathLike | None) -> TensorBoardSink:
+        """In the trainer's TensorBoard folder (default ``<output_dir>/runs``)."""
+        return cls(tensorboard_dir or Path(output_dir or ".") / "runs")
+
     @property
     def writer(self) -> SummaryWriter:
         """The ``torch.utils.tensorboard.SummaryWriter`` (created on first access); ``tensorboardX``'s, which
@@ -77,7 +85,7 @@ class TensorBoardSink(Sink):
             else:
                 raise ModuleNotFoundError(
                     "TensorBoardSink needs the `tensorboard` package (or `tensorboardX`); install it with "
-                    "`pip install grpo-monitor[tensorboard]`"
+                    f"`pip install grpo-monitor[{SINKS['tensorboard'].extra}]`"
                 )
             self._writer = SummaryWriter(log_dir=self.log_dir, **kwargs)
         return self._writer

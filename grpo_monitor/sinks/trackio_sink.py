@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..report import StepReport
-from .base import Sink, require
+from .base import Sink
 from .layout import STEP_KEY
+from .registry import require_backend
 from .rows import ScheduledTables, alert_level, finite, history_row, table_columns, table_data
 
 
@@ -55,7 +56,7 @@ class TrackioSink(ScheduledTables, Sink):
     def run(self) -> Any:
         """The ``trackio.Run`` written to (captured, given, or opened on first access)."""
         if self._run is None:
-            require("trackio", "TrackioSink needs the `trackio` package", "trackio")
+            require_backend("trackio", "TrackioSink needs the `trackio` package")
             import trackio
 
             kwargs = dict(self.init_kwargs)

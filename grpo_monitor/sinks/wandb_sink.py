@@ -7,8 +7,9 @@ from typing import Any
 
 from ..catalog.metrics import summary_for
 from ..report import StepReport
-from .base import Sink, require
+from .base import Sink
 from .layout import STEP_KEY
+from .registry import require_backend
 from .rows import QUESTION_COLUMNS, ScheduledTables, alert_level, finite, history_row, table_columns, table_data
 
 __all__ = ["QUESTION_COLUMNS", "WandbSink"]
@@ -57,7 +58,7 @@ class WandbSink(ScheduledTables, Sink):
     def run(self):
         """The W&B run written to (attached or opened on first access)."""
         if self._run is None:
-            require("wandb", "WandbSink needs the `wandb` package", "wandb")
+            require_backend("wandb", "WandbSink needs the `wandb` package")
             import wandb
 
             if self.attach_to_active_run and wandb.run is not None:

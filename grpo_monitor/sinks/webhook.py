@@ -61,7 +61,13 @@ class WebhookSink(Sink):
         self._health: Any = None  # the last report's HealthUpdate (None before run health or without it)
         self._step: int | None = None
 
+    @classmethod
+    def from_spec(cls, argument: str | None) -> WebhookSink:
+        """``webhook:URL`` (the URL stripped; its check names what a URL must be)."""
+        return cls((argument or "").strip())
+
     # ------------------------------------------------------------------ what is posted
+
     def alert(self, title: str, text: str, level: str = "ERROR") -> None:
         """Post an alert: a finding's onset or clearing (structured from the step's report when this sink saw it:
         the monitor alerts right after handing the report over), a part switched off, ..."""

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...files.reading import loads, read_input
+from .notes import REGISTERED
 from .records import read_step_records
 
 #: File names looked for in a run folder, in order.
@@ -94,7 +95,7 @@ class RunData:
             return name
         if "scanned" in self.meta:
             return "scan"
-        for prefix in ("trl", "verl", "openrlhf", "skyrl", "areal"):
+        for prefix in REGISTERED:
             if (self.convention or "").startswith(prefix + ".") or any(k.split("/")[:2] == ["grpo", prefix]
                                                                        for k in self.metrics):
                 return prefix
