@@ -150,7 +150,7 @@ def test_strided_inputs_and_any_grid(device):
 
 def test_declines_what_it_does_not_take(device):
     """float64 values go elsewhere (the kernel computes in float32)."""
-    x = seven.make_batch(4, B=3, T=16, garbage=0.0)
+    x = seven.make_batch(4, B=4, T=16, garbage=0.0)
     inputs = token_inputs(**{k: v.double().to(device) for k, v in x.items()})
     assert not backends.TRITON.accepts(inputs)
     assert backends.select_backend(inputs, compile=True) is not backends.TRITON
@@ -173,3 +173,38 @@ def test_cuda_selects_triton_unless_switched_off(monkeypatch):
     assert backends.select_backend(x, compile=True) is backends.TRITON
     monkeypatch.setenv("GRPO_MONITOR_TRITON", "0")
     assert backends.select_backend(x, compile=True) is not backends.TRITON
+
+
+# ----------------------------------------------------------------------------- the compiled form, without a GPU
+VARIANTS = {
+    "seven-inputs": {},
+    "bool-mask-bf16-row-adv": {"mask": "*i1", "values": "*bf16", "ADV": 1, "SMP": False, "ENT": False,
+                               "CLAMP": False, "MASK_BOOL": True},
+    "old-alone": {"ADV": 0, "LP": False, "REF": False, "KL": False, "SMP": False},
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kernel_compiles_for_a_gpu(variant):
+    """What the interpreter never checks: the kernel lowers through Triton's compiler to a cubin for sm_90 (ptxas
+    ships with triton), for several combinations of inputs; the GPU itself is not needed."""
+    if not HAVE_TRITON or INTERPRETED:
+        pytest.skip("needs triton, outside the interpreter")
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from grpo_monitor.stats.tokens import triton_kernel as tk
+    flags = dict(VARIANTS[variant])
+    mask, values = flags.pop("mask", "*fp32"), flags.pop("values", "*fp32")
+    consts = {"ADV": 2, "LP": True, "REF": True, "OLD": True, "KL": True, "SMP": True, "ENT": True, "CLAMP": True,
+              "MASK_BOOL": False, "BLOCK": 512, "LANES": tk.LANES, "HIST_LANES": tk.HIST_LANES, **flags}
+    scalars = ("clip_lo", "clip_hi", "clamp_lo", "clamp_hi", "band_lo", "band_hi", "ent_low")
+    names = tk._token_pass.arg_names
+    sig = {n: "constexpr" if n in consts else "*fp64" if n in ("out", "ident") else mask if n == "m"
+           else values if n in ("a", "lp", "ref", "old", "kl", "smp", "ent") else "fp32" if n in scalars else "i32"
+           for n in names}
+    src = ASTSource(fn=tk._token_pass, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()})
+    compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))
+    assert compiled.asm["cubin"] and ".local" not in compiled.asm["ptx"]  # no local-memory arrays

@@ -16,8 +16,9 @@ below ``AUTO_COMPILE_MIN_TOKENS`` token slots, or ``GRPO_MONITOR_COMPILE=0`` giv
 otherwise, for CUDA tensors where ``triton`` imports, the Triton kernel (skipped with
 ``GRPO_MONITOR_TRITON=0``), then the first of native (skipped with ``GRPO_MONITOR_NATIVE=0``)
 and compiled that accepts the inputs, else eager. (``TRITON`` is outside ``BACKENDS``, the CPU
-order; on a CPU it runs only when called directly under ``TRITON_INTERPRET=1``: the tests.) Every backend returns the same float64 vector laid out by
-the field table, and every one runs inside a caller's ``torch.compile`` (see ``run``).
+order; on a CPU it runs only when called directly under ``TRITON_INTERPRET=1``: the tests.)
+Every backend returns the same float64 vector laid out by the field table, and every one but
+triton (which declines there) runs inside a caller's ``torch.compile`` (see ``run``).
 
 Whether the C kernel keeps its place, in figures (``benchmarks/bench_loss.py --sizes 1M,8M
 --reps 15``; 2-core AVX-512 CPU, torch 2.13, float32, five inputs; median ms per call):
