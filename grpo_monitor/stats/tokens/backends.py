@@ -142,7 +142,8 @@ class CompiledBackend:
     def accepts(self, x: TokenInputs) -> bool:
         """Not with sampler log-probs or entropies: inductor takes minutes to build the |Delta| histogram's
         scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
-        floor, so those inputs take the C kernel where it runs (CPU float32) and the eager pass otherwise."""
+        floor, so those inputs take the Triton kernel on CUDA, the C kernel where it runs (CPU float32) and the
+        eager pass otherwise."""
         return not self.broken and x.sampler_logprobs is None and x.entropy is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
