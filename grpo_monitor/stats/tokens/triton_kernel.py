@@ -18,7 +18,7 @@ it. The work mirrors the C kernel (``native_kernel.c``):
   operation), and the extrema propagate NaN explicitly (torch's amax / amin), so no row needs
   the C kernel's exact recount.
 
-Under ``TRITON_INTERPRET=1`` (set before ``triton`` is imported) the same kernel runs on CPU
+Under ``TRITON_INTERPRET=1`` (set before this module is imported) the same kernel runs on CPU
 tensors in numpy: that is how the tests check it on a machine without a GPU.
 """
 
@@ -51,7 +51,6 @@ from .triton_rows import (
 SLOTS = tl.constexpr(len(TOKEN_LAYOUT))
 LANES = triton.next_power_of_2(len(TOKEN_LAYOUT))
 HIST_LANES = triton.next_power_of_2(HIST_BINS)
-VALUE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _slot(name: str) -> tl.constexpr:

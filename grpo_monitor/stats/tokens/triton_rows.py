@@ -22,7 +22,6 @@ N_HIST = tl.constexpr(HIST_BINS)
 LOW, HIGH = tl.constexpr(-104.0), tl.constexpr(89.0)  # fast_exp's argument range
 
 
-
 def _plain(fn: Callable) -> Callable:
     return fn
 
