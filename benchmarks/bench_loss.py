@@ -1,8 +1,8 @@
 """Time the token statistics backends against a read-once floor (not a test: run it by hand).
 
     .venv/bin/python benchmarks/bench_loss.py [--sizes 1M,8M,32M] [--reps 9] [--threads N]
-        [--backends native,compiled,eager] [--spread 0.1] [--no-memory] [--no-trainer] [--sampler]
-        [--clock wall|cpu]
+        [--backends native,compiled,eager,triton] [--spread 0.1] [--no-memory] [--no-trainer] [--sampler]
+        [--padding right|left|none] [--clock wall|cpu]
 
 For each size (``B x T`` float32 token tensors: mask, advantages, logprobs, ref_logprobs,
 old_logprobs; T = 4096) it times, after warm-up, each backend of
@@ -13,6 +13,11 @@ old_logprobs; T = 4096) it times, after warm-up, each backend of
 * ``compiled``: the ``torch.compile``-d pass (what CUDA, other dtypes and CPUs without AVX2 run);
 * ``eager``: the same pass op by op, in row blocks (``compile=False``, small micro-batches,
   ``GRPO_MONITOR_COMPILE=0``, or after a failed compile);
+* ``triton``: the Triton kernel (``triton_kernel.py``) on CUDA copies of the inputs, against
+  ``cuda floor`` (the same ``.sum()`` per input on the GPU) and ``cuda eager``, timed with
+  ``torch.cuda.synchronize``; without a GPU, under ``TRITON_INTERPRET=1``, the interpreter on
+  the first 4 rows, labelled ``triton (interp.)``: numpy running each operation, a figure of
+  nothing on any GPU, never divided by the floor; otherwise one line saying why it is absent;
 * ``floor``: one ``.sum()`` over each input tensor: what merely reading the inputs costs;
 * ``trainer``: the pattern trainers use today: every statistic computed separately with
   boolean-mask indexing and its own ``.item()`` host sync.
@@ -25,6 +30,8 @@ differences (default 0.1, as between a policy and its reference or sampler): the
 skips the exponentials' range reduction for vectors of 8 arguments all below 0.34 in
 magnitude, so ``--spread 1`` shows its slower case. At 1M tokens the five inputs (20 MiB)
 sit in the last-level cache, so the floor there is a cache read, not a memory read.
+``--padding`` lays the rows out right-padded (the default: ragged lengths from T/8 to T),
+left-padded (the same lengths, padding first) or ``none`` (dense rows: every token valid).
 ``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the ``grpo/mismatch/*``
 and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
 time (all threads) instead of the wall clock: on a machine shared with other jobs it leaves
@@ -68,16 +75,22 @@ from grpo_monitor.stats.tokens import backends as bk  # noqa: E402
 T = 4096
 SAMPLER_INPUTS = ", sampler_logprobs, entropy"
 SIZES = {"1M": 1 << 20, "8M": 1 << 23, "32M": 1 << 25}
-BACKENDS: dict[str, bk.Backend] = {"native": bk.NATIVE, "compiled": bk.COMPILED, "eager": bk.EAGER}
+BACKENDS: dict[str, bk.Backend] = {"native": bk.NATIVE, "compiled": bk.COMPILED, "eager": bk.EAGER,
+                                   "triton": bk.TRITON}
+INTERPRETER_ROWS = 4
 
 
-def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1, sampler: bool = False) -> dict[str, Any]:
-    """Float32 (B, 4096) token tensors: right-padded responses, garbage in the padding; with ``sampler``,
-    also ``sampler_logprobs`` (old minus bf16-sized noise) and per-token ``entropy``."""
+def make_inputs(tokens: int, seed: int = 0, spread: float = 0.1, sampler: bool = False,
+                padding: str = "right") -> dict[str, Any]:
+    """Float32 (B, 4096) token tensors: right-padded responses, garbage in the padding (``padding``: "left" puts
+    it first, "none" makes every token valid); with ``sampler``, also ``sampler_logprobs`` (old minus bf16-sized
+    noise) and per-token ``entropy``."""
     gen = torch.Generator().manual_seed(seed)
     B = max(1, tokens // T)
-    lengths = torch.randint(T // 8, T + 1, (B, 1), generator=gen)
+    lengths = torch.randint(T // 8, T + 1, (B, 1), generator=gen) if padding != "none" else torch.full((B, 1), T)
     mask = (torch.arange(T) < lengths).float()
+    if padding == "left":
+        mask = mask.flip(1).contiguous()
     adv = torch.randn(B, 1, generator=gen).expand(B, T).contiguous()
     logprobs = -torch.rand(B, T, generator=gen) * 3
     ref = logprobs + spread * torch.randn(B, T, generator=gen)
@@ -153,12 +166,15 @@ def first_call(name: str, inputs) -> float:
 
 
 def time_size(tokens: int, reps: int, names: list[str], trainer: bool, spread: float,
-              sampler: bool = False) -> dict[str, dict]:
+              sampler: bool = False, padding: str = "right") -> dict[str, dict]:
     """``{column: {"median", "min", "first"}}`` in seconds: each backend after one warm-up call, then the floor."""
-    x = make_inputs(tokens, spread=spread, sampler=sampler)
+    x = make_inputs(tokens, spread=spread, sampler=sampler, padding=padding)
     inputs = token_inputs(**x)
     row: dict[str, dict] = {}
     for name in names:
+        if name == "triton":
+            row.update(time_triton(x, reps))
+            continue
         first = first_call(name, inputs)
         if name == "native" and first != first:  # NaN: the kernel does not run here
             continue
@@ -173,6 +189,42 @@ def time_size(tokens: int, reps: int, names: list[str], trainer: bool, spread: f
         times = run_times(lambda: trainer_pattern(x), max(3, reps // 3))
         row["trainer"] = {"median": statistics.median(times), "min": min(times)}
     return row
+
+
+def time_triton(x: dict[str, torch.Tensor], reps: int) -> dict[str, dict]:
+    """The Triton columns: on a GPU the kernel, the floor and the eager pass on CUDA copies (synchronised); without
+    one, the interpreter on the first rows when TRITON_INTERPRET=1 (labelled so), else a note why there is none."""
+    if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+        y = {k: v.cuda() for k, v in x.items()}
+        inputs = token_inputs(**y)
+        if not bk.TRITON.accepts(inputs):
+            return {"triton": {"note": "declined (triton missing or broken)"}}
+
+        def synced(fn: Callable[[], object]) -> Callable[[], None]:
+            return lambda: (fn(), torch.cuda.synchronize())  # type: ignore[func-returns-value]
+
+        out: dict[str, dict] = {}
+        t0 = time.perf_counter()
+        synced(lambda: bk.TRITON.run(inputs))()
+        first = time.perf_counter() - t0
+        for col, fn, n in (("triton", lambda: bk.TRITON.run(inputs), reps), ("cuda floor", lambda: floor(y), reps),
+                           ("cuda eager", lambda: bk.EAGER.run(inputs), max(3, reps // 3))):
+            synced(fn)()
+            times = run_times(synced(fn), n)
+            out[col] = {"median": statistics.median(times), "min": min(times), "base": "cuda floor"}
+        out["triton"]["first"] = first
+        return out
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return {"triton": {"note": "no CUDA device; TRITON_INTERPRET=1 times the interpreter on the first rows"}}
+    small = token_inputs(**{k: v[:INTERPRETER_ROWS] for k, v in x.items()})
+    if not bk.TRITON.accepts(small):
+        return {"triton": {"note": "declined (triton missing, or imported before TRITON_INTERPRET was set)"}}
+    t0 = time.perf_counter()
+    bk.TRITON.run(small)
+    first = time.perf_counter() - t0
+    times = run_times(lambda: bk.TRITON.run(small), max(1, reps // 3))
+    return {f"triton (interp., {INTERPRETER_ROWS} rows)": {"median": statistics.median(times), "min": min(times),
+                                                           "first": first, "base": None}}
 
 
 def _status_kib(field: str) -> int:
@@ -228,10 +280,14 @@ def parse_sizes(text: str) -> list[tuple[str, int]]:
 
 def print_row(label: str, row: dict[str, dict], mem: dict[str, float] | None) -> None:
     """One line per column of this size: median / min, x floor (minima) and the first call."""
-    base = row["floor"]["min"]
     for col, t in row.items():
+        if "note" in t:
+            print(f"{label:>6} {col:>9}  {t['note']}", flush=True)
+            continue
+        base_col = t.get("base", "floor")
+        ratio = f"{t['min'] / row[base_col]['min']:8.2f}" if base_col else f"{'-':>8}"  # interpreter: no ratio
         first = f"{t['first']:8.2f}s" if "first" in t else f"{'':9}"
-        print(f"{label:>6} {col:>9} {t['median'] * 1e3:9.2f} / {t['min'] * 1e3:8.2f} ms {t['min'] / base:8.2f}  "
+        print(f"{label:>6} {col:>9} {t['median'] * 1e3:9.2f} / {t['min'] * 1e3:8.2f} ms {ratio}  "
               f"{first}", flush=True)
     if mem:
         print(f"{label:>6} peak resident rise: monitor {mem['monitor']:.2f} MiB, trainer {mem['trainer']:.1f} MiB "
@@ -243,12 +299,14 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--sizes", default="1M,8M,32M", help="comma-separated token counts: 1M, 8M, 32M, or nM")
     ap.add_argument("--reps", type=int, default=9, help="timed repetitions per column (eager, trainer: a third)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
-    ap.add_argument("--backends", default="native,compiled,eager", help="backends to time, comma-separated")
+    ap.add_argument("--backends", default="native,compiled,eager,triton", help="backends to time, comma-separated")
     ap.add_argument("--spread", type=float, default=0.1, help="scale of ref/old minus logprobs (default 0.1)")
     ap.add_argument("--no-memory", action="store_true", help="skip the per-size memory subprocess")
     ap.add_argument("--no-trainer", action="store_true", help="skip timing the trainer pattern")
     ap.add_argument("--sampler", action="store_true", help="add sampler_logprobs and entropy (seven inputs): the "
                     "grpo/mismatch and grpo/entropy slots ride in the same pass")
+    ap.add_argument("--padding", choices=("right", "left", "none"), default="right",
+                    help="row layout: right-padded (default), left-padded, or none (dense rows, every token valid)")
     ap.add_argument("--clock", choices=sorted(CLOCK), default="wall", help="wall clock (default) or process CPU "
                     "time (all threads; leaves out descheduled waits on a shared machine)")
     ap.add_argument("--_memory", type=int, help=argparse.SUPPRESS)
@@ -271,11 +329,11 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
           f"CPU {torch.backends.cpu.get_cpu_capability()}, load average {os.getloadavg()[0]:.1f}; float32 inputs "
           f"(mask, advantages, logprobs, ref_logprobs, old_logprobs{SAMPLER_INPUTS if args.sampler else ''}"
-          f"), T = {T}, spread {args.spread}; "
+          f"), T = {T}, spread {args.spread}, {args.padding} padding; "
           f"{args.reps} runs after warm-up; {args.clock} clock")
     print(f"{'tokens':>6} {'column':>9} {'median / min':>23} {'x floor':>8}  {'first':>8}")
     for label, tokens in parse_sizes(args.sizes):
-        row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread, args.sampler)
+        row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread, args.sampler, args.padding)
         print_row(label, row, None if args.no_memory else memory_in_subprocess(tokens, args.threads))
     rows = min(max(tokens for _, tokens in parse_sizes(args.sizes)) // T, bk.CompiledBackend.block // T)
     nf = len(TOKEN_FIELDS)

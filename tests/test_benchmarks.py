@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 SMOKE = {
     "bench_rollout.py": ["--responses", "4096", "--reps", "1"],
     "bench_loss.py": ["--sizes", "1M", "--reps", "1", "--backends", "eager", "--no-memory", "--no-trainer"],
+    "roofline_tokens.py": ["--tokens", "1M", "--reps", "1", "--rounds", "1"],
     "bench_long_line.py": ["--sizes", "1", "--dir", "{tmp}"],
     "bench_weights.py": ["--steps", "2"],
     "bench_scan.py": ["--steps", "3", "--rows", "64", "--repeat", "1", "--data", "{tmp}/verl"],

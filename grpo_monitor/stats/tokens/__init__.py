@@ -20,6 +20,8 @@ Where things live:
 - ``arguments``: ``TokenInputs``, the record every backend takes, and its checks.
 - ``torch_rows``: the row function in torch ops (eager and compiled backends).
 - ``native_kernel.c``: the row function in C; ``native_build`` builds, caches and loads it.
+- ``triton_rows`` / ``triton_kernel``: the row passes and the kernel in Triton (CUDA; on CPU
+  under ``TRITON_INTERPRET=1``), imported only where ``triton`` imports.
 - ``backends``: the ``Backend`` protocol (``name``, ``accepts(inputs)``, ``run(inputs)``),
   the native, compiled and eager backends, and ``select_backend``, the one choice.
 - ``readout``: ``token_metrics``.
@@ -33,12 +35,16 @@ Adding a statistic touches:
    for an extremum), its line in the pass over the inputs it needs, and its slot
    ``o[S_<name>]`` in ``finish_row`` (the enum, the slot order and the merge come from the
    generated header).
+4. ``triton_rows.py``: its accumulator in the pass over its inputs (returned per row), and
+   ``triton_kernel.py``: its slot constant ``S_<name> = _slot("<name>")`` and its ``_add`` /
+   ``_put_max`` / ``_put_min`` line in the row's finishing.
 
 Nothing else: the vector layout, merging, the C slot order check and the table-driven
 keys follow. A metric built from several slots (a std, say) is one line in
 ``readout.token_metrics``; a new ``grpo/...`` key also needs its entry in
 ``grpo_monitor/catalog/metrics.py`` (what the key means). ``tests/stats/test_tokens_native.py``
-checks that the three backends agree on every slot, so a backend left behind fails there.
+checks that the three backends agree on every slot, so a backend left behind fails there
+(``tests/stats/test_tokens_triton.py`` for the Triton kernel, under the interpreter).
 """
 
 from __future__ import annotations

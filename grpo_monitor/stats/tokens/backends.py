@@ -1,8 +1,10 @@
-"""Three backends for the token pass behind one protocol, and the one function that picks one.
+"""Four backends for the token pass behind one protocol, and the one function that picks one.
 
 ==========  ===================================================  ===========================
 backend     what it is                                            takes
 ==========  ===================================================  ===========================
+triton      the Triton kernel (``triton_kernel.py``), every      CUDA tensors, float32, float16
+            slot, seven inputs included, in one launch            or bfloat16 values, any strides
 native      the C kernel (``native_kernel.c``, AVX2 + OpenMP)     contiguous CPU float32 values
 compiled    ``torch_rows`` under ``torch.compile`` (polynomial    anything, until a compile
             exponentials, one vectorised loop)                    fails in this process
@@ -11,9 +13,12 @@ eager       ``torch_rows`` op by op, in row blocks                anything
 
 ``select_backend`` is the only place that chooses: ``compile=False``, ``compile="auto"``
 below ``AUTO_COMPILE_MIN_TOKENS`` token slots, or ``GRPO_MONITOR_COMPILE=0`` give eager;
-otherwise the first of native (skipped with ``GRPO_MONITOR_NATIVE=0``) and compiled that
-accepts the inputs, else eager. Every backend returns the same float64 vector laid out by
-the field table, and every one runs inside a caller's ``torch.compile`` (see ``run``).
+otherwise, for CUDA tensors where ``triton`` imports, the Triton kernel (skipped with
+``GRPO_MONITOR_TRITON=0``), then the first of native (skipped with ``GRPO_MONITOR_NATIVE=0``)
+and compiled that accepts the inputs, else eager. (``TRITON`` is outside ``BACKENDS``, the CPU
+order; on a CPU it runs only when called directly under ``TRITON_INTERPRET=1``: the tests.)
+Every backend returns the same float64 vector laid out by the field table, and every one but
+triton (which declines there) runs inside a caller's ``torch.compile`` (see ``run``).
 
 Whether the C kernel keeps its place, in figures (``benchmarks/bench_loss.py --sizes 1M,8M
 --reps 15``; 2-core AVX-512 CPU, torch 2.13, float32, five inputs; median ms per call):
@@ -44,6 +49,7 @@ the C row function's upkeep grows, demoting it is one line here (skip ``NATIVE``
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import warnings
@@ -136,7 +142,8 @@ class CompiledBackend:
     def accepts(self, x: TokenInputs) -> bool:
         """Not with sampler log-probs or entropies: inductor takes minutes to build the |Delta| histogram's
         scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
-        floor, so those inputs take the C kernel where it runs (CPU float32) and the eager pass otherwise."""
+        floor, so those inputs take the Triton kernel on CUDA, the C kernel where it runs (CPU float32) and the
+        eager pass otherwise."""
         return not self.broken and x.sampler_logprobs is None and x.entropy is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
@@ -243,8 +250,56 @@ def _register_native_op():
     return op
 
 
+class TritonBackend:
+    """The Triton kernel (``triton_kernel``): CUDA tensors where ``triton`` imports, CPU tensors only under
+    ``TRITON_INTERPRET=1`` (set before ``triton`` is imported). A missing ``triton`` is passed over silently; a
+    failed import or launch warns once and sends the rest of the process to the other backends. Declines while
+    Dynamo traces a caller (the launch is host code: the caller's graph takes the torch form inline)."""
+
+    name = "triton"
+    value_dtypes = (torch.float32, torch.float16, torch.bfloat16)
+
+    def __init__(self) -> None:
+        self.broken = False
+        self.kernel: Any = None
+
+    def accepts(self, x: TokenInputs) -> bool:
+        kind = x.mask.device.type
+        interpreted = kind == "cpu" and os.environ.get("TRITON_INTERPRET") == "1"
+        if self.broken or (kind != "cuda" and not interpreted) or is_compiling() or not self._load():
+            return False
+        if kind == "cpu" and not self.kernel.INTERPRETED:
+            return False
+        return all(t.dtype in self.value_dtypes for t in x.values if t is not None)
+
+    def run(self, x: TokenInputs) -> torch.Tensor:
+        try:
+            return self.kernel.token_stats(x)
+        except Exception as exc:  # noqa: BLE001 - whatever the launch raises, stay correct
+            self._fail(exc)
+            return select_backend(x, True).run(x)
+
+    def _load(self) -> bool:
+        """Import the kernel module on first use; ``False`` without ``triton`` (silently) or after a failure."""
+        if self.kernel is None and not self.broken:
+            if importlib.util.find_spec("triton") is None:
+                self.broken = True
+                return False
+            try:
+                from . import triton_kernel
+                self.kernel = triton_kernel
+            except Exception as exc:  # noqa: BLE001 - a broken triton install: fall back, keep training
+                self._fail(exc)
+        return self.kernel is not None and not self.broken
+
+    def _fail(self, exc: BaseException) -> None:
+        self.broken = True
+        warnings.warn(f"grpo-monitor: the Triton token kernel failed ({native_build.describe(exc, 300)}); the token "
+                      "statistics use the other backends for the rest of the process.", RuntimeWarning, stacklevel=5)
+
+
 native_token_stats = _register_native_op()
-EAGER, COMPILED, NATIVE = EagerBackend(), CompiledBackend(), NativeBackend()
+EAGER, COMPILED, NATIVE, TRITON = EagerBackend(), CompiledBackend(), NativeBackend(), TritonBackend()
 #: Every backend, in the order ``select_backend`` tries them.
 BACKENDS: tuple[Backend, ...] = (NATIVE, COMPILED, EAGER)
 
@@ -272,6 +327,8 @@ def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
     """
     if not wants_compile(compile, x.mask.numel()):
         return EAGER
+    if x.mask.device.type == "cuda" and os.environ.get("GRPO_MONITOR_TRITON") != "0" and TRITON.accepts(x):
+        return TRITON
     for backend in BACKENDS:
         if backend is NATIVE and os.environ.get("GRPO_MONITOR_NATIVE") == "0":
             continue
