@@ -1,4 +1,4 @@
-"""The token-input table is the one list of observe_loss's token tensors: the signature, the checks, the op and the C kernel follow it."""
+"""The token-input table is the one list of observe_loss's token tensors: signature, checks, op and kernel follow it."""
 
 from __future__ import annotations
 

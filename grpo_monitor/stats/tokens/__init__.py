@@ -64,9 +64,9 @@ from .table import (
 )
 
 __all__ = [
-    "AUTO_COMPILE_MIN_TOKENS", "BACKENDS", "Backend", "FIELDS", "TOKEN_FIELDS", "TOKEN_INDEX", "TOKEN_LAYOUT",
-    "TOKEN_INPUTS", "TOKEN_REDUCTIONS", "TokenField", "TokenInput", "TokenInputs", "combine_token_stats", "select_backend", "token_inputs",
-    "token_metrics", "token_sufficient_stats", "validate_token_inputs",
+    "AUTO_COMPILE_MIN_TOKENS", "BACKENDS", "Backend", "FIELDS", "TOKEN_FIELDS", "TOKEN_INDEX", "TOKEN_INPUTS",
+    "TOKEN_LAYOUT", "TOKEN_REDUCTIONS", "TokenField", "TokenInput", "TokenInputs", "combine_token_stats",
+    "select_backend", "token_inputs", "token_metrics", "token_sufficient_stats", "validate_token_inputs",
 ]
 
 _EMPTY_VECTORS: dict[torch.device, torch.Tensor] = {}
