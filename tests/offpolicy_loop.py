@@ -1,4 +1,4 @@
-"""An asynchronous trainer's loop for the off-policy family's tests: rows of several weight versions, stale rows dropped.
+"""An asynchronous loop for the off-policy family's tests: rows of several weights versions, stale ones dropped.
 
 Each step trains on 8 groups of G=4 whose rows come from the last ``lag + 1`` weight versions
 (policy_version), generates 4 more groups than it keeps and drops the stalest rows; with
@@ -16,8 +16,10 @@ from grpo_monitor import GRPOMonitor, MonitorConfig
 from grpo_monitor.sinks import JSONLSink
 
 
-def async_loop(log: Path, steps: int, *, lag: int = 3, biased_from: int | None = None, seed: int = 0) -> Path:
-    """Write ``steps`` steps of an asynchronous run to the JSONL log ``log`` and return it."""
+def async_loop(log: Path, steps: int, *, lag: int = 3, biased_from: int | None = None, seed: int = 0,
+               ages: list[torch.Tensor] | None = None) -> Path:
+    """Write ``steps`` steps of an asynchronous run to the JSONL log ``log`` and return it; ``ages`` (if given)
+    gets each step's per-row ages of the kept rows, as the loop drew them."""
     gen = torch.Generator().manual_seed(seed)
     B, G, extra = 8, 4, 4
     config = MonitorConfig(group_size=G, std_convention="population", max_policy_lag=lag,
@@ -39,6 +41,8 @@ def async_loop(log: Path, steps: int, *, lag: int = 3, biased_from: int | None =
             monitor.observe_generation(rewards, dropped=dropped)
             kept = ~dropped[:, 0]
             versions = (step - age[kept])[:, None].expand(-1, G)
+            if ages is not None:
+                ages.append(step - versions.reshape(-1))
             r = rewards[kept]
             adv = (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True, correction=0) + 1e-6)
             monitor.observe_rollout(r, advantages=adv, policy_version=versions, trained_version=step)
