@@ -6,7 +6,8 @@ from ``observe_loss(entropy=)``) and the sampled tokens' negative log-probs (``n
 ``low_frac`` and ``sampled_nll_mean`` are single slots the field table reports, the mean and the std
 are read out here.
 
->>> read_out([ENTROPY], "tokens", {"ent_tokens": 4.0, "ent_sum": 2.0, "ent_sq_sum": 1.5})
+>>> from grpo_monitor.catalog.family import read_out
+>>> read_out([ENTROPY], "tokens", {"ent_tokens": 4.0, "ent_sum": 2.0, "ent_sq_sum": 2.0})
 {'grpo/entropy/mean': 0.5, 'grpo/entropy/std': 0.5}
 """
 

@@ -9,6 +9,7 @@ tokens of ``logprobs - old_logprobs``: the sequence-level importance ratio GSPO 
 ``importance_sampling_level="sequence"``, verl's ``gspo`` loss). The framework key each one matches is in
 its meaning (docs/async_moe.md).
 
+>>> from grpo_monitor.catalog.family import read_out
 >>> read_out([OFFPOLICY], "rollout", {"age_rows": 4.0, "age_sum": 6.0, "age_max": 4.0, "age_min": 0.0,
 ...                                   "age_0": 1.0, "age_1": 2.0, "age_2": 0.0, "age_3": 1.0})["grpo/offpolicy/age_min"]
 0.0
