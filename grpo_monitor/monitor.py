@@ -131,9 +131,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest
         ``observe_rollout``'s rows (flat order), for the per-group weights.
         """
-        got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
-                                 logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
-                                 sampler_logprobs=sampler_logprobs, entropy=entropy)
+        got = observe.loss_input(self.config, **{k: v for k, v in locals().items() if k != "self"})  # the table's
         self._acc.add_call("observe_loss", **got.tensors, mask=got.mask, loss=got.loss)
         self._token_layout = self._token_layout or FieldLayout(got.fields)
         self._acc.add_tokens(got.vec, self._token_layout)

@@ -1,5 +1,9 @@
 """METRICS: every key the monitor emits, in one place (key -> section, meaning, unit, aggregation).
 
+The records of a metric family (records, readout and report figure in one module) come from
+:data:`grpo_monitor.catalog.families.FAMILIES`; the others are listed here and in the
+``*_metrics.py`` modules beside it.
+
 The dashboards (:mod:`grpo_monitor.sinks.layout`: ``KNOWN_KEYS``, the W&B workspace, the
 TensorBoard custom-scalars layout) and ``docs/metrics.md`` (``python -m grpo_monitor.catalog``)
 are generated from it, and ``tests/test_catalog.py`` checks that every key a real run
@@ -20,9 +24,9 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 
+from .families import FAMILIES
 from .health_metrics import health_entries
 from .invariants import INVARIANTS
-from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -40,7 +44,7 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .sampler_metrics import entropy_entries, mismatch_entries, rollout_entries
+from .sampler_metrics import mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
@@ -316,10 +320,10 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    entries = [*_groups(), *rollout_entries(), *age_entries(), *drop_entries(), *_advantages(), *_kl(),
-               *seq_ratio_entries(), *mismatch_entries(),
-               *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
-               *_monitor_and_integrations(), *health_entries()]
+    families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
+    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *families, *mismatch_entries(),
+               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations(),
+               *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

@@ -1,7 +1,7 @@
 """One catalogue entry (:class:`Metric`), its constructor and the aggregation phrases the entries share.
 
-The records live in :mod:`grpo_monitor.catalog.metrics` (``METRICS``) and
-:mod:`grpo_monitor.catalog.sampler_metrics`; both build them from here.
+The records live in :mod:`grpo_monitor.catalog.metrics` (``METRICS``), the ``*_metrics.py`` modules
+and the families' modules (``family_*.py``); all build them from here.
 """
 
 from __future__ import annotations

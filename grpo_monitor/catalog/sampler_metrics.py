@@ -1,5 +1,6 @@
-"""The sampler's side of the update in the catalogue: ``grpo/mismatch/*``, ``grpo/entropy/*``, truncation
-and the degenerate split (part of :data:`grpo_monitor.catalog.metrics.METRICS`, which lists them).
+"""The sampler's side of the update in the catalogue: ``grpo/mismatch/*``, truncation and the degenerate split
+(part of :data:`grpo_monitor.catalog.metrics.METRICS`, which lists them; the entropy is a family of its own,
+:mod:`.family_entropy`).
 
 One definition for every trainer: Delta = ``old_logprobs`` - ``sampler_logprobs`` per valid token
 (trainer minus sampler; ``logprobs`` when no ``old_logprobs`` are given, the first inner epoch),
@@ -69,27 +70,6 @@ def mismatch_entries() -> list[Metric]:
            "corrected update still uses.", only_when="MonitorConfig.mismatch_mask set", **mm),
         _m("grpo/mismatch/mult_prob_error", "ratio", RATIO, _TOK, "Mean of exp|Delta|, NeMo-RL's "
            "token_mult_prob_error: 1 when sampler and trainer agree.", **mm),
-    ]
-
-
-def entropy_entries() -> list[Metric]:
-    """``grpo/entropy/*``: the trainer's per-token entropies, and the sampled tokens' negative log-probs."""
-    ent = dict(section="Entropy", source="observe_loss")
-    tok = "mean weighted by the valid tokens carrying entropies"
-    return [
-        _m("grpo/entropy/mean", "nats", RATIO, tok, "Mean over valid tokens of the trainer's per-token entropy "
-           "(TRL's entropy, verl's actor/entropy); a collapse towards 0 ends exploration, a climb means the policy "
-           "is diffusing.", needs="entropy", panel="entropy: mean and std", **ent),
-        _m("grpo/entropy/std", "nats", "from counts, sums and sums of squares summed over micro-batches and ranks",
-           "mean (stds do not add exactly)", "Population std of the per-token entropies over valid tokens.",
-           needs="entropy", panel="entropy: mean and std", **ent),
-        _m("grpo/entropy/low_frac", "fraction", RATIO, tok, "Share of valid tokens whose entropy is below "
-           "entropy_low_threshold (nats): near-deterministic tokens; rising towards 1, entropy is collapsing.",
-           needs="entropy", **ent),
-        _m("grpo/entropy/sampled_nll_mean", "nats", RATIO, tok, "Mean of -sampler_logprobs (else -old_logprobs) "
-           "over valid tokens: a Monte Carlo estimate of the sampling distribution's entropy from the sampled "
-           "tokens alone, logged whenever those log-probs are given.", needs="sampler_logprobs or old_logprobs",
-           **ent),
     ]
 
 

@@ -2,16 +2,17 @@
 
 ``age_fields`` reduces the per-row ages of one ``observe_rollout`` call to sums, a count, an
 extremum and a fixed histogram (ages 0, 1, 2 and 3 or more), so calls and ranks merge exactly
-(they are slots of the rollout vector, ``AGE_FIELDS``); ``age_metrics`` turns the merged
-values into ``grpo/offpolicy/*``. No host sync.
+(they are slots of the rollout vector, ``AGE_FIELDS``); the off-policy family's
+``age_metrics`` (:mod:`grpo_monitor.catalog.family_offpolicy`) turns the merged values into
+``grpo/offpolicy/*``. No host sync.
 """
 
 from __future__ import annotations
 
 import torch
 
-#: Ages with a histogram bin of their own; the last bin holds every age from ``AGE_BINS - 1`` up.
-AGE_BINS = 4
+from ..catalog.family_offpolicy import AGE_BINS, age_metrics  # noqa: F401 - age_metrics: its old import path
+
 AGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("age_rows", "sum"), ("age_sum", "sum"), ("age_max", "max"), ("age_min", "min"),
     *((f"age_{a}", "sum") for a in range(AGE_BINS)),
@@ -29,14 +30,4 @@ def age_fields(versions: torch.Tensor, trained: int) -> dict[str, torch.Tensor]:
            "age_sum": age.sum(), "age_max": age.max(), "age_min": age.min()}
     binned = age.clamp(0, AGE_BINS - 1)
     out.update({f"age_{a}": (binned == a).sum().to(torch.float64) for a in range(AGE_BINS)})
-    return out
-
-
-def age_metrics(v: dict[str, float]) -> dict[str, float]:
-    """``grpo/offpolicy/age_{mean,max}`` and the share of rows at each age (``age_frac_{0,1,2,3plus}``)."""
-    n = v["age_rows"]
-    out = {"grpo/offpolicy/age_mean": v["age_sum"] / n, "grpo/offpolicy/age_max": v["age_max"]}
-    for a in range(AGE_BINS):
-        suffix = f"{a}plus" if a == AGE_BINS - 1 else str(a)
-        out[f"grpo/offpolicy/age_frac_{suffix}"] = v[f"age_{a}"] / n
     return out

@@ -1,11 +1,12 @@
 """From a synced step's host values to its report: the ``grpo/...`` metric values and the StepReport.
 
 Pure functions, no state, no I/O. A reader finds how each metric's value is derived here by
-its key; what the key means, its section and its aggregation are catalogued in
-:mod:`grpo_monitor.catalog.metrics`. ``assemble_report`` turns what one step synced
-(:class:`~grpo_monitor.step.sync.SyncedStep`), the step's findings and what the run state
-derived (:class:`~grpo_monitor.run.state.RunUpdate`) into the :class:`StepReport` every sink
-receives, a breach's report included.
+its key (a family's keys in its own module, :data:`grpo_monitor.catalog.families.FAMILIES`,
+read out here with :func:`~grpo_monitor.catalog.family.read_out`); what the key means, its
+section and its aggregation are catalogued in :mod:`grpo_monitor.catalog.metrics`.
+``assemble_report`` turns what one step synced (:class:`~grpo_monitor.step.sync.SyncedStep`),
+the step's findings and what the run state derived (:class:`~grpo_monitor.run.state.RunUpdate`)
+into the :class:`StepReport` every sink receives, a breach's report included.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog.families import FAMILIES, read_out
 from ..report import StepReport
-from ..stats.drop_bias import drop_metrics
-from ..stats.staleness import age_metrics
 from .accumulator import HostGroups
 
 
@@ -49,8 +49,7 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
         out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
     if v["len_below_rows"] > 0:
         out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
-    if v["age_rows"] > 0:
-        out.update(age_metrics(v))
+    out.update(read_out(FAMILIES, "rollout", v))  # the families' keys of the rollout vector (the rows' ages)
     return out
 
 
@@ -149,8 +148,7 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
     if v["token_batches"] > 0:
         out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
-    if v["drop_rows"] + v["keep_rows"] > 0:
-        out.update(drop_metrics(v))
+    out.update(read_out(FAMILIES, "ledger", v))  # the families' keys of the ledger (the staleness drop)
     return out
 
 

@@ -15,8 +15,10 @@ then across rows in float64. No host sync, no data-dependent shapes.
 
 Where things live:
 
-- ``table``: the field table ``FIELDS`` (name, reduction, and the key a slot reports
-  alone); ``TOKEN_FIELDS``, ``TOKEN_LAYOUT`` and the C kernel's slot enum derive from it.
+- ``table``: the token inputs ``TOKEN_INPUTS`` (name, dtype kind, shapes, C name) and the
+  field table ``FIELDS`` (name, reduction, and the key a slot reports alone); ``TokenInputs``,
+  the checks, the op's schema, the C kernel's input pointers, ``TOKEN_FIELDS``,
+  ``TOKEN_LAYOUT`` and the C kernel's slot enum derive from them.
 - ``arguments``: ``TokenInputs``, the record every backend takes, and its checks.
 - ``torch_rows``: the row function in torch ops (eager and compiled backends).
 - ``native_kernel.c``: the row function in C; ``native_build`` builds, caches and loads it.
@@ -56,25 +58,35 @@ import torch
 from .arguments import DEFAULT_BAND, TokenInputs, token_inputs, validate_token_inputs
 from .backends import AUTO_COMPILE_MIN_TOKENS, BACKENDS, Backend, select_backend
 from .readout import token_metrics
-from .table import FIELDS, TOKEN_FIELDS, TOKEN_INDEX, TOKEN_LAYOUT, TOKEN_REDUCTIONS, TokenField
+from .table import (
+    FIELDS,
+    TOKEN_FIELDS,
+    TOKEN_INDEX,
+    TOKEN_INPUTS,
+    TOKEN_LAYOUT,
+    TOKEN_REDUCTIONS,
+    TokenField,
+    TokenInput,
+)
 
 __all__ = [
-    "AUTO_COMPILE_MIN_TOKENS", "BACKENDS", "Backend", "FIELDS", "TOKEN_FIELDS", "TOKEN_INDEX", "TOKEN_LAYOUT",
-    "TOKEN_REDUCTIONS", "TokenField", "TokenInputs", "combine_token_stats", "select_backend", "token_inputs",
-    "token_metrics", "token_sufficient_stats", "validate_token_inputs",
+    "AUTO_COMPILE_MIN_TOKENS", "BACKENDS", "Backend", "FIELDS", "TOKEN_FIELDS", "TOKEN_INDEX", "TOKEN_INPUTS",
+    "TOKEN_LAYOUT", "TOKEN_REDUCTIONS", "TokenField", "TokenInput", "TokenInputs", "combine_token_stats",
+    "select_backend", "token_inputs", "token_metrics", "token_sufficient_stats", "validate_token_inputs",
 ]
 
 _EMPTY_VECTORS: dict[torch.device, torch.Tensor] = {}
 
 
 def token_sufficient_stats(
-    mask: torch.Tensor, *, advantages: torch.Tensor | None = None, logprobs: torch.Tensor | None = None,
-    ref_logprobs: torch.Tensor | None = None, old_logprobs: torch.Tensor | None = None, kl: torch.Tensor | None = None,
-    sampler_logprobs: torch.Tensor | None = None, entropy: torch.Tensor | None = None,
-    clip_range: Sequence[float] = (0.2, 0.2), kl_clamp: Sequence[float] | None = (-10.0, 10.0),
+    mask: torch.Tensor, *, clip_range: Sequence[float] = (0.2, 0.2), kl_clamp: Sequence[float] | None = (-10.0, 10.0),
     mismatch_band: Sequence[float] = DEFAULT_BAND, entropy_low: float = 0.01, compile: bool | str = "auto",
+    **tensors: torch.Tensor | None,
 ) -> torch.Tensor:
     """Sufficient statistics of one micro-batch, a float64 vector laid out by ``TOKEN_FIELDS``.
+
+    ``tensors`` are the token tensors by name (``advantages``, ``logprobs``, ``ref_logprobs``,
+    ``old_logprobs``, ``kl``, ``sampler_logprobs``, ``entropy``: the table ``TOKEN_INPUTS``).
 
     Empty sums are 0, empty minima +inf, empty maxima -inf. ``compile``: ``"auto"`` (compile
     large inputs unless ``GRPO_MONITOR_COMPILE=0``), ``True`` or ``False``; a failed compile
@@ -89,9 +101,8 @@ def token_sufficient_stats(
     >>> v[TOKEN_INDEX["valid_tokens"]].item(), v[TOKEN_INDEX["kl_u_sum"]].item()
     (2.0, 1.0)
     """
-    x = token_inputs(mask, advantages=advantages, logprobs=logprobs, ref_logprobs=ref_logprobs,
-                     old_logprobs=old_logprobs, kl=kl, sampler_logprobs=sampler_logprobs, entropy=entropy,
-                     clip_range=clip_range, kl_clamp=kl_clamp, mismatch_band=mismatch_band, entropy_low=entropy_low)
+    x = token_inputs(mask, clip_range=clip_range, kl_clamp=kl_clamp, mismatch_band=mismatch_band,
+                     entropy_low=entropy_low, **tensors)
     if compile not in (True, False, "auto"):
         raise ValueError(f"compile must be True, False or 'auto', but got {compile!r}")
     if mask.numel() == 0:

@@ -59,7 +59,7 @@ from typing import Any, Protocol
 import torch
 
 from . import native_build
-from .arguments import TokenInputs
+from .arguments import TENSOR_NAMES, TokenInputs
 from .table import FIELDS, TOKEN_LAYOUT
 from .torch_rows import token_vector
 
@@ -144,7 +144,7 @@ class CompiledBackend:
         scatter (323 s at 8M tokens, benchmarks/bench_loss.py --sampler) and runs it at ~30x the read-once
         floor, so those inputs take the Triton kernel on CUDA, the C kernel where it runs (CPU float32) and the
         eager pass otherwise."""
-        return not self.broken and x.sampler_logprobs is None and x.entropy is None
+        return not self.broken and x.get("sampler_logprobs") is None and x.get("entropy") is None
 
     def run(self, x: TokenInputs) -> torch.Tensor:
         if is_compiling():
@@ -166,9 +166,8 @@ class CompiledBackend:
         if key not in self.kernels:
             clip_log, clamp, band_log, low = x.clip_log, x.clamp, x.band_log, x.entropy_low
 
-            def kernel(mask, adv, lp, ref, old, kl, sampler, entropy):
-                return token_vector(TokenInputs(mask, adv, lp, ref, old, kl, clip_log, clamp, sampler, entropy,
-                                                band_log, low), fast=True)
+            def kernel(mask, *values):
+                return token_vector(TokenInputs(mask, values, clip_log, clamp, band_log, low), fast=True)
 
             self.kernels[key] = torch.compile(kernel, dynamic=True, options=COMPILE_OPTIONS)
         return self.kernels[key]
@@ -214,11 +213,17 @@ def _native_layout(x: TokenInputs) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in present)
 
 
-def _native_op(mask: torch.Tensor, adv: torch.Tensor | None, lp: torch.Tensor | None, ref: torch.Tensor | None,
-               old: torch.Tensor | None, kl: torch.Tensor | None, sampler: torch.Tensor | None,
-               entropy: torch.Tensor | None, clip_lo: float, clip_hi: float, has_clamp: bool, clamp_lo: float,
-               clamp_hi: float, band_lo: float, band_hi: float, entropy_low: float, slots: int) -> torch.Tensor:
-    """The C kernel as an operator; the eager backend should the library be unavailable (an op must return).
+#: The op's scalar arguments after the token tensors (``slots``: ``len(FIELDS)``).
+_OP_SCALARS = ("float clip_lo, float clip_hi, bool has_clamp, float clamp_lo, float clamp_hi, float band_lo, "
+               "float band_hi, float entropy_low, int slots")
+#: The op's schema: the mask, every value tensor of the token-input table (optional), then the scalars.
+OP_SCHEMA = f"(Tensor mask, {', '.join(f'Tensor? {n}' for n in TENSOR_NAMES)}, {_OP_SCALARS}) -> Tensor"
+
+
+def _native_op(mask: torch.Tensor, *args: Any) -> torch.Tensor:
+    """The C kernel as an operator (``OP_SCHEMA``: the mask, the value tensors in ``TENSOR_NAMES`` order, then
+    clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi, band_lo, band_hi, entropy_low, slots); the eager backend
+    should the library be unavailable (an op must return).
 
     Called only from compiled graphs: a custom op's first call costs about a second of
     dispatcher set-up, which eager callers skip by calling ``native_build.token_stats`` directly.
@@ -227,25 +232,27 @@ def _native_op(mask: torch.Tensor, adv: torch.Tensor | None, lp: torch.Tensor | 
     graph cache served graphs compiled against an older field table, of 30 slots, whose size
     check then failed on the 141 this version returns: the op's name and arguments were alike.)
     """
+    n = len(TENSOR_NAMES)
+    values, (clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi, band_lo, band_hi, entropy_low, slots) = args[:n], args[n:]
     if slots != len(FIELDS):
         raise ValueError(f"slots is {slots} but the field table has {len(FIELDS)}; pass len(FIELDS)")
-    x = TokenInputs(mask, adv, lp, ref, old, kl, (clip_lo, clip_hi), (clamp_lo, clamp_hi) if has_clamp else None,
-                    sampler, entropy, (band_lo, band_hi), entropy_low)
+    x = TokenInputs(mask, tuple(values), (clip_lo, clip_hi), (clamp_lo, clamp_hi) if has_clamp else None,
+                    (band_lo, band_hi), entropy_low)
     vec = native_build.token_stats(x)
     return vec if vec is not None else EAGER.run(x)
 
 
-def _native_op_fake(mask, adv, lp, ref, old, kl, sampler, entropy, clip_lo, clip_hi, has_clamp, clamp_lo, clamp_hi,
-                    band_lo, band_hi, entropy_low, slots) -> torch.Tensor:
-    """What the op returns, for tracing: an empty float64 vector of ``slots`` (one per field)."""
-    return mask.new_empty(slots, dtype=torch.float64)
+def _native_op_fake(mask: torch.Tensor, *args: Any) -> torch.Tensor:
+    """What the op returns, for tracing: an empty float64 vector of ``slots`` (one per field; the last argument)."""
+    return mask.new_empty(args[-1], dtype=torch.float64)
 
 
 def _register_native_op():
     """``grpo_monitor::native_token_stats``; ``None`` before torch 2.4 (compiled callers then trace torch_rows)."""
     if not hasattr(torch.library, "custom_op"):
         return None
-    op = torch.library.custom_op("grpo_monitor::native_token_stats", mutates_args=(), device_types="cpu")(_native_op)
+    op = torch.library.custom_op("grpo_monitor::native_token_stats", mutates_args=(), device_types="cpu",
+                                 schema=OP_SCHEMA)(_native_op)
     op.register_fake(_native_op_fake)
     return op
 

@@ -37,7 +37,7 @@ import torch
 
 from ...repro.private_files import UnsafePathError, check_private, private_dir, user_private_dir
 from .arguments import TokenInputs
-from .table import HIST_BINS, HIST_HIGH_EXP, HIST_LOW_EXP, TOKEN_FIELDS
+from .table import HIST_BINS, HIST_HIGH_EXP, HIST_LOW_EXP, TOKEN_FIELDS, VALUE_INPUTS
 
 SOURCE = Path(__file__).with_name("native_kernel.c")
 FLAGS = ("-O2", "-mavx2", "-mfma", "-fopenmp", "-shared", "-fPIC")
@@ -84,14 +84,12 @@ def token_stats(x: TokenInputs) -> torch.Tensor | None:
     threads = max(1, min(torch.get_num_threads(), B))
     scratch = torch.empty(threads, len(TOKEN_FIELDS), dtype=torch.float64)
     out = torch.empty(len(TOKEN_FIELDS), dtype=torch.float64)
-    ptr = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    adv = x.advantages
+    inputs = (ctypes.c_void_p * len(x.values))(*(None if t is None else t.data_ptr() for t in x.values))
+    adv = x.get("advantages")
     lo, hi = x.clamp if x.clamp is not None else (0.0, 0.0)
-    lib.grpo_token_stats(B, T, x.mask.data_ptr(), MASK_KINDS[x.mask.dtype], ptr(adv), 0 if adv is None else adv.dim(),
-                         ptr(x.logprobs), ptr(x.ref_logprobs), ptr(x.old_logprobs), ptr(x.kl),
-                         ptr(x.sampler_logprobs), ptr(x.entropy), x.clip_log[0], x.clip_log[1],
-                         int(x.clamp is not None), lo, hi, x.band_log[0], x.band_log[1], x.entropy_low, threads,
-                         scratch.data_ptr(), out.data_ptr())
+    lib.grpo_token_stats(B, T, x.mask.data_ptr(), MASK_KINDS[x.mask.dtype], 0 if adv is None else adv.dim(), inputs,
+                         x.clip_log[0], x.clip_log[1], int(x.clamp is not None), lo, hi, x.band_log[0], x.band_log[1],
+                         x.entropy_low, threads, scratch.data_ptr(), out.data_ptr())
     return out
 
 
@@ -129,15 +127,18 @@ def describe(exc: BaseException, limit: int) -> str:
 
 
 def generated_header(fields: Sequence[tuple[str, str]] = TOKEN_FIELDS) -> str:
-    """The C declarations the field table implies: ``S_<name>`` slot enum, ``NFIELDS``, ``field_op``, the
-    |Delta| histogram's constants and the exported slot order ``grpo_token_fields`` (checked against
-    ``TOKEN_FIELDS`` at load). The kernel writes the histogram's slots as ``S_mm_hist_0 + bin``, so
-    they must be consecutive."""
+    """The C declarations the two tables imply: from the token inputs, the X-macro ``TOKEN_INPUTS(X)`` of their
+    C names and ``NINPUTS`` (``grpo_token_stats`` takes their pointers as one array in that order); from the
+    field table, the ``S_<name>`` slot enum, ``NFIELDS``, ``field_op``, the |Delta| histogram's constants and
+    the exported slot order ``grpo_token_fields`` (checked against ``TOKEN_FIELDS`` at load). The kernel
+    writes the histogram's slots as ``S_mm_hist_0 + bin``, so they must be consecutive."""
     names = [name for name, _ in fields]
     first = names.index("mm_hist_0")
     if names[first:first + HIST_BINS] != [f"mm_hist_{i}" for i in range(HIST_BINS)]:
         raise ValueError(f"the {HIST_BINS} mm_hist_* slots must be consecutive in TOKEN_FIELDS")
-    return ("/* generated from TOKEN_FIELDS by grpo_monitor/stats/tokens/native_build.py */\n"
+    return ("/* generated from TOKEN_INPUTS and TOKEN_FIELDS by grpo_monitor/stats/tokens/native_build.py */\n"
+            f"#define TOKEN_INPUTS(X) {' '.join(f'X({i.c_name})' for i in VALUE_INPUTS)}\n"
+            f"enum {{ {', '.join(f'IN_{i.c_name}' for i in VALUE_INPUTS)}, NINPUTS }};\n"
             f"enum {{ {', '.join(f'S_{n}' for n in names)}, NFIELDS }};\n"
             "enum { OP_SUM = 0, OP_MIN = 1, OP_MAX = 2 };\n"
             f"enum {{ HIST_LOW_EXP = {HIST_LOW_EXP}, HIST_HIGH_EXP = {HIST_HIGH_EXP}, HIST_BINS = {HIST_BINS} }};\n"
@@ -244,7 +245,6 @@ def _load(path: Path, fields: Sequence[str]):
         raise RuntimeError(f"{path.name} lays out {order.count(',') + 1} slots differently from TOKEN_FIELDS")
     i64, dbl, ptr = ctypes.c_int64, ctypes.c_double, ctypes.c_void_p
     fn = lib.grpo_token_stats
-    fn.argtypes = [i64, i64, ptr, i64, ptr, i64, ptr, ptr, ptr, ptr, ptr, ptr, dbl, dbl, i64, dbl, dbl, dbl, dbl, dbl,
-                   i64, ptr, ptr]
+    fn.argtypes = [i64, i64, ptr, i64, i64, ptr, dbl, dbl, i64, dbl, dbl, dbl, dbl, dbl, i64, ptr, ptr]
     fn.restype = i64
     return lib

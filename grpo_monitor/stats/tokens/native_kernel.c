@@ -40,9 +40,14 @@ enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
 #define SEG 256 /* tokens per segment: the seven inputs of one segment (7 KiB) stay in L1 between passes; 1024 (28 KiB,
                    * with the mask and bins past a 32 KiB L1) ran 13% slower on dense rows (roofline_tokens.py) */
 
+/* The token inputs come from the generated TOKEN_INPUTS(X) (the token-input table, in its order):
+ * each is a named pointer (in->lp, S->smp) and, through the union, an element of input[]. */
+#define INPUT_MEMBER(name) const float *name;
+#define INPUT_POINTERS union { struct { TOKEN_INPUTS(INPUT_MEMBER) }; const float *input[NINPUTS]; }
+
 typedef struct {
     const void *mask;
-    const float *adv, *lp, *ref, *old, *kl, *smp, *ent;
+    INPUT_POINTERS;
     int64_t T, mask_kind, adv_ndim, has_clamp;
     float clip_lo, clip_hi, clamp_lo, clamp_hi, band_lo, band_hi, ent_low;
 } Inputs;
@@ -68,7 +73,7 @@ typedef struct {
 } Acc;
 
 /* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
-typedef struct { const float *m, *adv, *lp, *ref, *old, *kl, *smp, *ent; } Seg;
+typedef struct { const float *m; INPUT_POINTERS; } Seg;
 
 /* The trainer's side of the mismatch (old log-probs, else the current ones) and the sampled
  * log-probs of sampled_nll_mean (the sampler's, else old). */
@@ -569,25 +574,25 @@ static void empty(double *o) {
 }
 
 static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
-    const float *adv2 = in->adv_ndim == 2 ? in->adv : NULL;
-    const float *lp = in->lp, *ref = in->ref, *old = in->old, *kl = in->kl, *smp = in->smp, *ent = in->ent;
+    const float *src[NINPUTS]; /* per-token inputs; (B,) advantages are read per row, not here */
+    for (int k = 0; k < NINPUTS; k++) src[k] = in->input[k];
+    if (in->adv_ndim != 2) src[IN_adv] = NULL;
     int64_t T = in->T;
-    float mbuf[SEG], bufs[7][8];
+    float mbuf[SEG], bufs[NINPUTS][8];
     for (int64_t row = r0; row < r1; row++) {
         Acc a;
         init_acc(&a);
         for (int64_t s = 0; s < T; s += SEG) {
             int64_t off = row * T + s, n = T - s < SEG ? T - s : SEG, full = n - n % 8;
             if (full) {
-                Seg S = {mask_floats(in, off, full, full, mbuf), at(adv2, off), at(lp, off), at(ref, off),
-                         at(old, off), at(kl, off), at(smp, off), at(ent, off)};
+                Seg S = {.m = mask_floats(in, off, full, full, mbuf)};
+                for (int k = 0; k < NINPUTS; k++) S.input[k] = at(src[k], off);
                 segment(in, &S, full, &a);
             }
             if (full < n) {
                 int64_t t = off + full, k = n - full;
-                Seg S = {mask_floats(in, t, k, 8, mbuf), tail(adv2, t, k, bufs[0]), tail(lp, t, k, bufs[1]),
-                         tail(ref, t, k, bufs[2]), tail(old, t, k, bufs[3]), tail(kl, t, k, bufs[4]),
-                         tail(smp, t, k, bufs[5]), tail(ent, t, k, bufs[6])};
+                Seg S = {.m = mask_floats(in, t, k, 8, mbuf)};
+                for (int i = 0; i < NINPUTS; i++) S.input[i] = tail(src[i], t, k, bufs[i]);
                 segment(in, &S, 8, &a);
             }
         }
@@ -595,20 +600,22 @@ static void rows(const Inputs *in, int64_t r0, int64_t r1, double *out) {
     }
 }
 
-/* Every row of contiguous (B, T) inputs (absent ones NULL; smp the sampler's log-probs, ent the
- * trainer's entropies; band_lo / band_hi the log bounds of the importance-weight band, ent_low the
+/* Every row of contiguous (B, T) inputs, `inputs` holding NINPUTS pointers in TOKEN_INPUTS order
+ * (absent ones NULL; smp the sampler's log-probs, ent the trainer's entropies; adv_ndim 1 when the
+ * advantages are one per row; band_lo / band_hi the log bounds of the importance-weight band, ent_low the
  * low-entropy threshold) on up to `threads` OpenMP threads
  * (torch's own pool when loaded into a torch process), with `scratch` holding threads x
  * NFIELDS doubles. Writes the statistics vector into out; the parts merge in thread order,
  * so a result does not depend on timing. Returns the number of slots. */
-int64_t grpo_token_stats(int64_t B, int64_t T, const void *mask, int64_t mask_kind, const float *adv,
-                         int64_t adv_ndim, const float *lp, const float *ref, const float *old, const float *kl,
-                         const float *smp, const float *ent, double clip_lo, double clip_hi, int64_t has_clamp,
+int64_t grpo_token_stats(int64_t B, int64_t T, const void *mask, int64_t mask_kind, int64_t adv_ndim,
+                         const float *const *inputs, double clip_lo, double clip_hi, int64_t has_clamp,
                          double clamp_lo, double clamp_hi, double band_lo, double band_hi, double ent_low,
                          int64_t threads, double *scratch, double *out) {
-    Inputs in = {mask, adv, lp, ref, old, kl, smp, ent, T, mask_kind, adv_ndim, has_clamp,
-                 (float)clip_lo, (float)clip_hi, (float)clamp_lo, (float)clamp_hi,
-                 (float)band_lo, (float)band_hi, (float)ent_low};
+    Inputs in = {.mask = mask, .T = T, .mask_kind = mask_kind, .adv_ndim = adv_ndim, .has_clamp = has_clamp,
+                 .clip_lo = (float)clip_lo, .clip_hi = (float)clip_hi, .clamp_lo = (float)clamp_lo,
+                 .clamp_hi = (float)clamp_hi, .band_lo = (float)band_lo, .band_hi = (float)band_hi,
+                 .ent_low = (float)ent_low};
+    for (int k = 0; k < NINPUTS; k++) in.input[k] = inputs[k];
     double (*parts)[NFIELDS] = (double (*)[NFIELDS])scratch; /* threads x NFIELDS, from the caller */
     int nt = (int)(threads < 1 ? 1 : threads);
     if (nt > B) nt = (int)(B > 0 ? B : 1);

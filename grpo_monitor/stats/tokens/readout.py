@@ -3,7 +3,8 @@
 Slots with a ``key`` in the field table are reported from the table alone (a value, or a
 mean / fraction over a count slot); the few metrics built from several slots (means and
 stds from sums of squares, the k2 / k3 maxima from the extremes of u, the mean ratio,
-the mean response length) are derived below.
+the mean response length) are derived below, and a family's keys (GSPO's sequence ratio, the
+entropy) in the family's own module (:data:`grpo_monitor.catalog.families.FAMILIES`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 
 import torch
 
+from ...catalog.families import FAMILIES, read_out
+from ...catalog.family_offpolicy import seq_ratio_metrics  # noqa: F401 - its old import path
 from .table import FIELDS, HIST_BINS, HIST_EDGES, TOKEN_LAYOUT
 
 
@@ -46,15 +49,11 @@ def token_metrics(stats: torch.Tensor | Sequence[float], mismatch_mask: str | No
         out.update({"grpo/kl/user_mean": mean, "grpo/kl/user_std": std})
     if v["ratio_tokens"] > 0:
         out["grpo/ratio/mean"] = 1.0 + v["ratio_m1_sum"] / v["ratio_tokens"]
-    if v["seq_rows"] > 0:
-        out.update(seq_ratio_metrics(v))
     if v["mm_tokens"] > 0:
         out.update(mismatch_metrics(v))
         if mismatch_mask is not None:
             out.update(masked_metrics(v, mismatch_mask))
-    if v["ent_tokens"] > 0:
-        mean, std = _mean_std(v["ent_tokens"], v["ent_sum"], v["ent_sq_sum"])
-        out.update({"grpo/entropy/mean": mean, "grpo/entropy/std": std})
+    out.update(read_out(FAMILIES, "tokens", v))  # the families' keys (sequence ratio, entropy)
     return out
 
 
@@ -87,21 +86,6 @@ def masked_metrics(v: dict[str, float], level: str) -> dict[str, float]:
     else:
         raise ValueError(f"mismatch_mask must be 'token', 'sequence' or None, but got {level!r}")
     return {"grpo/mismatch/masked_frac": masked / n, "grpo/mismatch/masked_ess": w * w / (n * w2) if w2 > 0 else 0.0}
-
-
-def seq_ratio_metrics(v: dict[str, float]) -> dict[str, float]:
-    """``grpo/seq_ratio/{min,max,ess}`` from the slots of GSPO's sequence ratio w = exp(mean log ratio of a row)."""
-    rows, w, w2 = v["seq_rows"], v["seq_w_sum"], v["seq_w_sq_sum"]
-    return {
-        "grpo/seq_ratio/min": _exp_or_inf(v["seq_log_min"]),
-        "grpo/seq_ratio/max": _exp_or_inf(v["seq_log_max"]),
-        "grpo/seq_ratio/ess": w * w / (rows * w2) if w2 > 0 else math.nan,
-    }
-
-
-def _exp_or_inf(x: float) -> float:
-    """exp(x) in float64, inf past the overflow (NaN stays NaN)."""
-    return math.exp(x) if x < 709 else (x if math.isnan(x) else math.inf)
 
 
 def ratio_z(dev: float, var: float, n: float) -> float:

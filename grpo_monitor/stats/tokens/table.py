@@ -1,9 +1,15 @@
-"""The field table: one record per slot of the token statistics vector.
+"""The token pass's two tables: its inputs (``TOKEN_INPUTS``) and the slots of its output vector (``FIELDS``).
 
-Every backend lays its vector out in this order (the C kernel's slot order is generated
-from it), merging uses each slot's reduction, and ``token_metrics`` reports the slots that
-carry a ``key`` straight from the table. A slot is a sum, a minimum or a maximum, never a
-mean: micro-batches and ranks merge elementwise.
+``TOKEN_INPUTS`` is one record per token tensor ``observe_loss`` takes (name, dtype kind,
+shapes, what it pairs with, its name in the C kernel): the boundary's checks, ``TokenInputs``,
+the backends' argument packing, the custom op's schema and the C kernel's argument list
+(a generated X-macro) all derive from it, so a new token tensor is one row here plus its
+arithmetic (``torch_rows`` and ``native_kernel.c``) and its keyword in ``GRPOMonitor.observe_loss``.
+
+``FIELDS``: every backend lays its vector out in this order (the C kernel's slot order is
+generated from it), merging uses each slot's reduction, and ``token_metrics`` reports the
+slots that carry a ``key`` straight from the table. A slot is a sum, a minimum or a
+maximum, never a mean: micro-batches and ranks merge elementwise.
 """
 
 from __future__ import annotations
@@ -30,6 +36,41 @@ class TokenField(NamedTuple):
 
 
 _F = TokenField
+
+
+class TokenInput(NamedTuple):
+    """One token tensor of ``observe_loss``: ``(B, T)`` aligned with the mask, on the mask's device.
+
+    ``kind`` is the dtypes the boundary takes (``"real"``: integer or floating; ``"mask"``:
+    bool too); ``per_row``: ``(B,)`` (one value per row) is taken as well; ``pairs``: the other
+    inputs its statistics need (documentation; an input alone is never an error); ``c_name``:
+    its pointer in ``native_kernel.c`` (``Inputs`` and ``Seg`` members, in this order).
+    """
+
+    name: str
+    c_name: str
+    meaning: str
+    kind: str = "real"
+    per_row: bool = False
+    pairs: str = ""
+
+
+_I = TokenInput
+
+#: Every token tensor ``observe_loss`` takes, the mask first; the others in the order every backend receives them.
+TOKEN_INPUTS: tuple[TokenInput, ...] = (
+    _I("mask", "m", "1 on the tokens the loss is taken over (0/1, bool or weights)", kind="mask"),
+    _I("advantages", "adv", "the advantage of each token (or of each row)", per_row=True),
+    _I("logprobs", "lp", "the trainer's log-probs of the sampled tokens", pairs="ref_logprobs, old_logprobs"),
+    _I("ref_logprobs", "ref", "the reference policy's log-probs (the KL estimators)", pairs="logprobs"),
+    _I("old_logprobs", "old", "the log-probs the update's ratio divides by (the ratios)", pairs="logprobs"),
+    _I("kl", "kl", "the trainer's own per-token KL", pairs="logprobs, ref_logprobs"),
+    _I("sampler_logprobs", "smp", "the inference engine's log-probs of the tokens it sampled (the mismatch)",
+       pairs="old_logprobs or logprobs"),
+    _I("entropy", "ent", "the trainer's per-token entropies"),
+)
+#: The value tensors (every input but the mask), in the order the backends and the C kernel take them.
+VALUE_INPUTS: tuple[TokenInput, ...] = tuple(i for i in TOKEN_INPUTS if i.kind != "mask")
 
 #: The fixed histogram of |Delta| behind ``grpo/mismatch/abs_diff_p99``: four bins per octave
 #: with edges (1, 1.25, 1.5, 1.75) x 2^e for e in [HIST_LOW_EXP, HIST_HIGH_EXP), exactly

@@ -47,10 +47,11 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
     parts = {"valid_tokens": cnt, "rows_with_tokens": (cnt > 0).to(cd)}
     if mask.dtype != torch.bool:
         parts["mask_nonbinary"] = _count((mask != 0) & (mask != 1), cd)
-    if x.advantages is not None:
-        parts.update(_adv_rows(valid, cnt, x.advantages.to(cd)))
+    adv = x.get("advantages")
+    if adv is not None:
+        parts.update(_adv_rows(valid, cnt, adv.to(cd)))
     lp, ref, old, kl = (None if t is None else torch.where(valid, t.to(cd), 0.0)
-                        for t in (x.logprobs, x.ref_logprobs, x.old_logprobs, x.kl))
+                        for t in (x.get(n) for n in ("logprobs", "ref_logprobs", "old_logprobs", "kl")))
     u = ref - lp if lp is not None and ref is not None else None  # 0 off the mask
     lr = lp - old if lp is not None and old is not None else None
     k3 = None
@@ -62,7 +63,8 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
         parts.update(_seq_ratio_rows(cnt, lr, x.clip_log, x.band_log))
     if kl is not None:
         parts.update(_user_rows(valid, cnt, kl, k3, x.clamp))
-    sampler = None if x.sampler_logprobs is None else torch.where(valid, x.sampler_logprobs.to(cd), 0.0)
+    smp, ent = x.get("sampler_logprobs"), x.get("entropy")
+    sampler = None if smp is None else torch.where(valid, smp.to(cd), 0.0)
     trainer = old if old is not None else lp
     d = trainer - sampler if trainer is not None and sampler is not None else None
     if d is not None:
@@ -70,8 +72,8 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
     sampled = sampler if sampler is not None else old
     if sampled is not None:
         parts.update({"nll_tokens": cnt, "nll_sum": -sampled.sum(1)})
-    if x.entropy is not None:
-        parts.update(_entropy_rows(valid, cnt, torch.where(valid, x.entropy.to(cd), 0.0), x.entropy_low))
+    if ent is not None:
+        parts.update(_entropy_rows(valid, cnt, torch.where(valid, ent.to(cd), 0.0), x.entropy_low))
     present = [t for t in (u, lr, d) if t is not None] or [t for t in (lp, ref, old, sampler) if t is not None]
     if present:
         total = sum(present[1:], present[0])  # non-finite wherever any input is (or their difference overflows)

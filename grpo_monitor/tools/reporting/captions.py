@@ -236,15 +236,6 @@ def split(run: RunData) -> str:
     return sentences(parts)
 
 
-def entropy(run: RunData) -> str:
-    parts = ["The trainer's per-token entropy over valid tokens (band: +-1 std); a collapse towards 0 or a steady "
-             "rise is the policy becoming deterministic or diffusing",
-             _change(run, "the mean entropy per token", "grpo/entropy/mean", "{:.3f}"),
-             _change(run, "the entropy std", "grpo/entropy/std", "{:.3f}"),
-             _change(run, "the share of low-entropy tokens", "grpo/entropy/low_frac", _RATE)]
-    return sentences(parts)
-
-
 def violations(run: RunData) -> str:
     by_name: dict[str, list[int]] = {}
     for mark in run.violations:
@@ -259,5 +250,5 @@ def violations(run: RunData) -> str:
 CAPTIONS: dict[str, Callable[[RunData], str]] = {
     "violations": violations, "degenerate": degenerate, "prompts": prompts, "question_std": question_std,
     "advantages": advantages, "convention": convention, "overdispersion_stuck": overdispersion_stuck, "kl": kl,
-    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch, "split": split, "entropy": entropy,
+    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch, "split": split,
 }

@@ -3,18 +3,23 @@
 ``keys`` are the metrics a figure draws or states, the principal one first; the page lists
 every other logged metric in a table, so nothing the run logged goes unseen. A figure the
 run lacks gets a note saying what to set, in the integration the run came from, to log its
-principal key (:func:`.notes.advice`).
+principal key (:func:`.notes.advice`). The figures metric families declare
+(:data:`grpo_monitor.catalog.families.DECLARED_FIGURES`) are drawn by :mod:`.declared` and
+placed after the figure each names; ``PAGE`` is every figure, ``FIGURES`` those a run is
+told about when it lacks them.
 """
 
 from __future__ import annotations
 
+from ...catalog.families import DECLARED_FIGURES
 from . import captions, plots, plots_sampler, plots_tokens
+from .declared import report_spec
 from .notes import advice
 from .plots_core import FigureSpec
 
 _KL_KEYS = tuple(f"grpo/kl/{k}_mean" for k in ("k1", "k2", "k3")) + ("grpo/kl/user_mean",)
 
-FIGURES: tuple[FigureSpec, ...] = (
+_DRAWN: tuple[FigureSpec, ...] = (
     FigureSpec("violations", "Violations", ("grpo/invariants/violations",), plots.draw_violations, captions.violations),
     FigureSpec("degenerate", "Degenerate groups",
                ("grpo/groups/degenerate_rate", "grpo/groups/degenerate_rate_iid",
@@ -44,8 +49,6 @@ FIGURES: tuple[FigureSpec, ...] = (
                ("grpo/groups/degenerate_low_rate", "grpo/groups/degenerate_high_rate",
                 "grpo/groups/degenerate_other_rate", "grpo/rows/truncated_rate"),
                plots_sampler.draw_split, captions.split),
-    FigureSpec("entropy", "Entropy", ("grpo/entropy/mean", "grpo/entropy/std", "grpo/entropy/low_frac"),
-               plots_sampler.draw_entropy, captions.entropy),
     FigureSpec("tokens", "Response length and live tokens",
                ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction"),
                plots_tokens.draw_tokens, captions.tokens),
@@ -56,6 +59,24 @@ FIGURES: tuple[FigureSpec, ...] = (
                ("grpo/sampling/responses_per_retained_group", "grpo/sampling/retention_rate"),
                plots.draw_sampling, captions.sampling),
 )
+
+
+
+def _page(drawn: tuple[FigureSpec, ...]) -> tuple[FigureSpec, ...]:
+    """The drawn figures with each declared one after the figure it names (in declaration order)."""
+    page = list(drawn)
+    for spec in DECLARED_FIGURES:
+        names = [f.name for f in page]
+        if spec.after not in names:
+            raise ValueError(f"figure {spec.name!r} follows {spec.after!r}, which is not a figure; one of {names}")
+        page.insert(names.index(spec.after) + 1, report_spec(spec))
+    return tuple(page)
+
+
+#: Every figure, in page order.
+PAGE: tuple[FigureSpec, ...] = _page(_DRAWN)
+#: The figures a run that lacks them gets a note about (every one but those of families only some trainers have).
+FIGURES: tuple[FigureSpec, ...] = tuple(f for f in PAGE if f.note)
 
 
 def how_to_log(spec: FigureSpec, integration: str = "api", settings: dict | None = None) -> str:

@@ -31,7 +31,8 @@ class FigureSpec:
     """A figure of the report: file stem, title, the metric keys it draws, how to draw it and its caption.
 
     ``draw`` returns None when the run logged nothing the figure shows; ``caption`` states
-    what the figure shows for this run, computed from the same data.
+    what the figure shows for this run, computed from the same data; ``note``: whether a run
+    without it gets a note saying how to log it.
     """
 
     name: str
@@ -39,6 +40,7 @@ class FigureSpec:
     keys: tuple[str, ...]
     draw: Callable[[RunData], Figure | None]
     caption: Callable[[RunData], str]
+    note: bool = True
 
 
 def figure(rows: int = 1, height: float = 3.0):

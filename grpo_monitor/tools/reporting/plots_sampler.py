@@ -1,8 +1,9 @@
-"""The report's sampler-side figures: training-inference mismatch, truncation with the degenerate split, entropy.
+"""The report's sampler-side figures: training-inference mismatch, truncation with the degenerate split.
 
 Each function returns None when the run logged none of what it draws (no ``sampler_logprobs``,
-no ``entropy``). The mismatch figure draws the run's own error threshold (the config in the
-run record, else the default) and the healthy-noise band measured in ``docs/mismatch.md``.
+no truncation); the entropy's figure is declared by its family (:mod:`grpo_monitor.catalog.family_entropy`).
+The mismatch figure draws the run's own error threshold (the config in the run record, else the
+default) and the healthy-noise band measured in ``docs/mismatch.md``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,6 @@ from .plots_core import (
 #: Healthy numerical noise of grpo/mismatch/k3_mean (nats per token) measured in docs/mismatch.md over 200 steps
 #: of a real tiny LM: the float32 KV-cache sampler's median up to the bf16 sampler's maximum.
 NOISE_K3 = (8.7e-14, 1.7e-4)
-#: About how tall (pixels) the entropy panel's axes are, and the band height below which its line covers it.
-_AXES_PX, _BAND_PX = 150.0, 12.0
 _SPLIT = (("grpo/groups/degenerate_low_rate", "#d62728", "all unsolved (every row at the lowest reward)"),
           ("grpo/groups/degenerate_high_rate", "#2ca02c", "all solved (every row at the highest reward)"),
           ("grpo/groups/degenerate_other_rate", "#7f7f7f", "other degenerate (equal, between)"))
@@ -95,42 +94,3 @@ def draw_split(run: RunData):
     finish(ax, run, "share", "Degenerate groups by kind (stacked, share of all groups) and truncated rows")
     ax.set_xlabel("step")
     return fig
-
-
-def draw_entropy(run: RunData):
-    """Mean per-token entropy of the trainer with +-1 std, and the share of nearly deterministic tokens."""
-    mean, std = run.series("grpo/entropy/mean"), run.series("grpo/entropy/std")
-    low = run.series("grpo/entropy/low_frac")
-    if mean is None and low is None:
-        return None
-    fig, axes = figure(2, height=2.6)
-    ax = axes[0]
-    band = None
-    if mean is not None and std is not None:
-        band = ax.fill_between(run.steps, mean - std, mean + std, color=BLUE, alpha=0.3, lw=0)
-    line(ax, run, mean, BLUE, "grpo/entropy/mean", "-")
-    extra = [] if mean is None or std is None else [*(mean - std), *(mean + std)]
-    fit_ylim(ax, min_span=0.05, extra=extra)
-    title = "Trainer's per-token entropy over valid tokens"
-    if band is not None and std is not None:
-        widest = float(np.nanmax(2 * std)) if np.isfinite(std).any() else 0.0
-        lo, hi = ax.get_ylim()
-        if widest / (hi - lo) * _AXES_PX > _BAND_PX:  # else the line covers the band: say so instead
-            band.set_label("+-1 std over valid tokens (grpo/entropy/std)")
-        else:
-            title += f" (+-1 std band thinner than the line: std at most {widest / 2:.2g} nats)"
-    finish(ax, run, "nats", title)
-    ax = axes[1]
-    line(ax, run, low, ORANGE, f"tokens below entropy_low_threshold = {_low_threshold(run):g} nats", "-")
-    percent(ax)
-    finish(ax, run, "share of valid tokens", "Nearly deterministic tokens (grpo/entropy/low_frac)")
-    axes[-1].set_xlabel("step")
-    return fig
-
-
-def _low_threshold(run: RunData) -> float:
-    from ...config import MonitorConfig
-
-    value = run.config.get("entropy_low_threshold")
-    default = MonitorConfig.model_fields["entropy_low_threshold"].default
-    return float(value) if isinstance(value, (int, float)) else float(default)

@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ...catalog.families import TREND_ROWS
 from ..reporting.facts import plural
 from ..reporting.numbers import number, plain
 
 #: A :class:`~grpo_monitor.tools.scan.run.ScanResult` (run.py imports this module, so it is not imported here).
 ScanResult = Any
 
-#: (label, metric key, format) of the trend table.
+#: (label, metric key, format) of the trend table; the metric families' rows (their ``trends``) follow.
 TRENDS: tuple[tuple[str, str, str], ...] = (
     ("degenerate rate", "grpo/groups/degenerate_rate", "{:.1%}"),
     ("  iid prediction", "grpo/groups/degenerate_rate_iid", "{:.1%}"),
@@ -37,8 +38,8 @@ TRENDS: tuple[tuple[str, str, str], ...] = (
     ("mean |trainer - sampler|", "grpo/mismatch/abs_diff_mean", "{:.3g}"),
     ("max |trainer - sampler|", "grpo/mismatch/abs_diff_max", "{:.3g}"),
     ("mult. prob. error", "grpo/mismatch/mult_prob_error", "{:.4g}"),
-    ("entropy (nats/token)", "grpo/entropy/mean", "{:.3g}"),
     ("truncated rows", "grpo/rows/truncated_rate", "{:.1%}"),
+    *TREND_ROWS,
 )
 TREND_KEYS: tuple[str, ...] = tuple(k for _, k, _ in TRENDS)
 MAX_RANGES = 8

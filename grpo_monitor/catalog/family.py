@@ -1,0 +1,126 @@
+"""A metric family in one record: its catalogue entries, its readout from the synced sums and the figure it declares.
+
+A family (the off-policy updates, the entropy, ...) lives in one module of this package
+(``family_<name>.py``) that builds one :class:`Family`:
+
+- ``metrics``: its :class:`~grpo_monitor.catalog.record.Metric` records; ``METRICS``, the
+  dashboards and ``docs/metrics.md`` collect them (:data:`.families.FAMILIES`);
+- ``readouts``: how its keys come from a synced statistics vector (plain floats by slot name,
+  no torch): ``step/metrics.py`` and ``stats/tokens/readout.py`` call :func:`read_out` once per
+  vector and every family's readout of that vector follows;
+- ``figures``: the report figure it declares, as data (:class:`FigureSpec` of :class:`Panel`),
+  which ``grpo_monitor.tools.reporting`` draws with one generic renderer (the core never
+  imports the tools);
+- ``trends``: its rows in a scan's trend table (``grpo_monitor.tools.scan.summary``).
+
+>>> Panel("lines", ("grpo/x",), "a title", "unit").labels
+()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Literal
+
+from .record import Metric
+
+#: The statistics vectors a readout reads: the rollout's (``observe_rollout``), the generation ledger's
+#: (``observe_generation``) and the token pass's (``observe_loss``), each after the step's sync.
+VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens")
+PanelKind = Literal["lines", "band", "fractions"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Readout:
+    """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "")."""
+
+    vector: str
+    when: str
+    compute: Callable[[Mapping[str, float]], dict[str, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Panel:
+    """One time-axis panel of a declared figure.
+
+    ``kind``: ``"lines"`` (one line per key), ``"band"`` (keys ``(mean, std)``: the mean's line in a
+    +-1 std band), ``"fractions"`` (shares of rows that add up to 1 at every step, stacked: a
+    histogram over time). ``labels``: one legend label per key ("" for the key itself; a band's
+    second label is the band's), formatted with the run's settings (``{entropy_low_threshold:g}``:
+    the run's MonitorConfig value, else its default). ``colors``: one of blue, orange, green,
+    red, grey, purple per key (default: in that order). ``share``: a percent axis.
+    ``references``: ``(y, label)`` horizontal lines ("": no legend entry); ``min_span``: the y range's least span.
+    """
+
+    kind: PanelKind
+    keys: tuple[str, ...]
+    title: str
+    ylabel: str
+    labels: tuple[str, ...] = ()
+    colors: tuple[str, ...] = ()
+    share: bool = False
+    references: tuple[tuple[float, str], ...] = ()
+    min_span: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class FigureSpec:
+    """A report figure as data: file stem, title, panels, the caption's first sentence and its statements.
+
+    ``statements``: ``(label, key, format)``: "<label> went from A in the first tenth of the run to B in
+    the last tenth" and the like, computed from the log. ``after``: the figure it follows on the page.
+    ``note``: whether a run without its keys gets a note saying how to log them (False for a family only
+    some trainers have, such as the off-policy one). ``height``: inches per panel.
+    """
+
+    name: str
+    title: str
+    panels: tuple[Panel, ...]
+    caption: str
+    statements: tuple[tuple[str, str, str], ...]
+    after: str
+    note: bool = True
+    height: float = 2.6
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """Every key the figure draws or states, the principal one (the first panel's first) first."""
+        keys = [k for p in self.panels for k in p.keys] + [k for _, k, _ in self.statements]
+        return tuple(dict.fromkeys(keys))
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One metric family: its name, records, readouts, declared figures and scan trend rows."""
+
+    name: str
+    metrics: tuple[Metric, ...]
+    readouts: tuple[Readout, ...] = ()
+    figures: tuple[FigureSpec, ...] = ()
+    trends: tuple[tuple[str, str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        for r in self.readouts:
+            if r.vector not in VECTORS:
+                raise ValueError(f"family {self.name!r} reads vector {r.vector!r}; expected one of {VECTORS}")
+        own = {m.key for m in self.metrics}
+        drawn = [k for f in self.figures for k in f.keys] + [k for _, k, _ in self.trends]
+        stray = [k for k in drawn if k not in own]
+        if stray:
+            raise ValueError(f"family {self.name!r} draws keys it does not catalogue: {stray}")
+
+
+def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, float]:
+    """Every family's keys of one synced vector, in family order.
+
+    >>> f = Family("demo", (), (Readout("ledger", "n", lambda v: {"grpo/demo/x": v["s"] / v["n"]}),))
+    >>> read_out([f], "ledger", {"n": 2.0, "s": 1.0}), read_out([f], "ledger", {"n": 0.0, "s": 0.0})
+    ({'grpo/demo/x': 0.5}, {})
+    """
+    out: dict[str, float] = {}
+    for family in families:
+        for r in family.readouts:
+            if r.vector == vector and (not r.when or values[r.when] > 0):
+                out.update(r.compute(values))
+    return out

@@ -1,0 +1,128 @@
+"""The one renderer of the figures metric families declare as data (:class:`grpo_monitor.catalog.family.FigureSpec`).
+
+A family's module says what its figure shows (panels of lines, a mean in a +-1 std band, or
+shares stacked into a histogram over time; the caption's statements); this module draws
+any such spec and writes its caption, so a family's figure needs no code in the report.
+:func:`report_spec` turns a declared figure into the report's own
+:class:`~grpo_monitor.tools.reporting.plots_core.FigureSpec`.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from ...catalog.family import FigureSpec as Declared
+from ...catalog.family import Panel
+from .data import RunData
+from .facts import change, sentences
+from .plots_core import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, FigureSpec, figure, finish, fit_ylim, line, percent
+from .plots_core import reference as reference_line
+
+COLORS = {"blue": BLUE, "orange": ORANGE, "green": GREEN, "red": RED, "grey": GREY, "purple": PURPLE}
+#: About how tall (pixels) a band panel's axes are, and the band height below which its line covers it.
+_AXES_PX, _BAND_PX = 150.0, 12.0
+
+
+class _Settings(dict):
+    """A label's ``{name}``: the run's MonitorConfig value, else the field's default."""
+
+    def __init__(self, run: RunData) -> None:
+        super().__init__()
+        self.run = run
+
+    def __missing__(self, name: str) -> Any:
+        from ...config import MonitorConfig
+
+        value = self.run.config.get(name)
+        return value if isinstance(value, (int, float)) else MonitorConfig.model_fields[name].default
+
+
+def _labels(panel: Panel, run: RunData) -> list[str]:
+    given = list(panel.labels) + [""] * (len(panel.keys) - len(panel.labels))
+    return [label.format_map(_Settings(run)) if label else key for label, key in zip(given, panel.keys, strict=True)]
+
+
+def _colors(panel: Panel) -> list[str]:
+    names = list(panel.colors) + [c for c in COLORS if c not in panel.colors]
+    return [COLORS[name] for name in names[:len(panel.keys)]]
+
+
+def draw(spec: Declared, run: RunData):
+    """The figure: one panel per panel of ``spec`` the run logged a key of; None when it logged none."""
+    panels = [p for p in spec.panels if any(run.has(k) for k in p.keys)]
+    if not panels:
+        return None
+    fig, axes = figure(len(panels), height=spec.height)
+    for ax, panel in zip(axes, panels, strict=True):
+        {"lines": _lines, "band": _band, "fractions": _fractions}[panel.kind](ax, panel, run)
+    axes[-1].set_xlabel("step")
+    return fig
+
+
+def _lines(ax, panel: Panel, run: RunData) -> None:
+    """One line per key (the first solid), the reference lines, the y range fitted (or a percent axis)."""
+    for i, (key, label, color) in enumerate(zip(panel.keys, _labels(panel, run), _colors(panel), strict=True)):
+        line(ax, run, run.series(key), color, label, "-" if i == 0 else "--")
+    for y, label in panel.references:
+        reference_line(ax, y, GREY, label or None)
+    if panel.share:
+        percent(ax)
+    else:
+        fit_ylim(ax, min_span=panel.min_span, extra=[y for y, _ in panel.references])
+    finish(ax, run, panel.ylabel, panel.title)
+
+
+def _band(ax, panel: Panel, run: RunData) -> None:
+    """The mean's line in a +-1 std band; where the band is thinner than the line, the title says so instead."""
+    mean, std = run.series(panel.keys[0]), run.series(panel.keys[1])
+    line_label, band_label = _labels(panel, run)
+    color = _colors(panel)[0]
+    band = None
+    if mean is not None and std is not None:
+        band = ax.fill_between(run.steps, mean - std, mean + std, color=color, alpha=0.3, lw=0)
+    line(ax, run, mean, color, line_label, "-")
+    extra = [] if mean is None or std is None else [*(mean - std), *(mean + std)]
+    fit_ylim(ax, min_span=panel.min_span, extra=extra)
+    title = panel.title
+    if band is not None and std is not None:
+        widest = float(np.nanmax(2 * std)) if np.isfinite(std).any() else 0.0
+        lo, hi = ax.get_ylim()
+        if widest / (hi - lo) * _AXES_PX > _BAND_PX:  # else the line covers the band: say so instead
+            band.set_label(band_label)
+        else:
+            title += f" (+-1 std band thinner than the line: std at most {widest / 2:.2g} {panel.ylabel})"
+    finish(ax, run, panel.ylabel, title)
+
+
+def _fractions(ax, panel: Panel, run: RunData) -> None:
+    """Shares that add up to 1, stacked at every step: a histogram over time (a bar per step on a 1-step run)."""
+    labels, colors = _labels(panel, run), _colors(panel)
+    logged = {k: v for k in panel.keys if (v := run.series(k)) is not None}
+    # a bin at 0 throughout would be a legend entry with nothing drawn: left out
+    shown = [i for i, k in enumerate(panel.keys) if k in logged and np.nansum(np.abs(logged[k])) > 0]
+    stacks = [np.nan_to_num(logged[panel.keys[i]], nan=0.0) for i in shown]
+    if stacks:
+        x = run.steps.astype(float)
+        if len(x) == 1:  # an area over one point has no width
+            x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
+        ax.stackplot(x, *stacks, colors=[colors[i] for i in shown], alpha=0.55, labels=[labels[i] for i in shown])
+    if panel.share:
+        percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
+    else:
+        fit_ylim(ax, min_span=panel.min_span, extra=[float(np.max(np.sum(stacks, axis=0)))] if stacks else [])
+    finish(ax, run, panel.ylabel, panel.title)
+
+
+def caption(spec: Declared, run: RunData) -> str:
+    """The declared first sentence, then each statement computed from the log (start against end)."""
+    return sentences([spec.caption, *(change(run.steps, label, run.series(key), fmt, key)
+                                      for label, key, fmt in spec.statements)])
+
+
+def report_spec(spec: Declared) -> FigureSpec:
+    """The report's record of a declared figure: drawn and captioned by this module."""
+    return FigureSpec(spec.name, spec.title, spec.keys, functools.partial(draw, spec),
+                      functools.partial(caption, spec), note=spec.note)
