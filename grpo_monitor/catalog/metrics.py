@@ -12,7 +12,7 @@ what ``grpo/...`` means, look it up here.
 'Invariants'
 
 Torch-free: importing it costs no more than the invariant registry it derives from
-(:data:`grpo_monitor.catalog.invariants.INVARIANTS`, one count per invariant).
+(:data:`grpo_monitor.invariants.INVARIANTS`, one count per invariant).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 
+from ..invariants import INVARIANTS
 from .health_metrics import health_entries
-from .invariants import INVARIANTS
 from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
