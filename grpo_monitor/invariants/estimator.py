@@ -1,6 +1,7 @@
 """The estimator-side invariants: what a step's advantage estimator must keep across the batch and the steps.
 
-``one_nonzero_per_group`` is a promise a pass@k estimator makes (checked by replaying the rows on the host);
+``one_nonzero_per_group`` is a promise a pass@k estimator makes, checked on the step's rows on the host when the
+estimator promises it (:data:`REPLAY_CHECKS`, run by :func:`replay_violations`);
 ``convention`` and ``unknown_estimator`` are the estimator judge's verdicts
 (:mod:`grpo_monitor.estimators.judge` decides, :func:`grpo_monitor.step.checks.rollout_findings` words them).
 :data:`JUDGE_PROMISES` are promises an estimator may make that judge it without being an invariant of their own.
@@ -8,7 +9,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+from typing import Any
+
+import numpy as np
+
 from .record import Invariant, MonitorConfig, tol
+from .violation import Violation, violation
+
+_MAX_GROUPS = 5
 
 
 def _convention(cfg: MonitorConfig) -> str:
@@ -40,3 +49,50 @@ JUDGE_PROMISES: dict[str, str] = {
     "batch_zero_mean": "the advantages of all scorable rows average to 0 over the batch (each row weighted by "
     "its token count when the estimator whitens tokens and lengths are given)",
 }
+
+
+def one_nonzero_per_group(rows: Any, config: MonitorConfig, step: int) -> list[Violation]:
+    """pass@k: in each group with reward variation at most one row is nonzero, and it holds the group's best reward.
+
+    ``rows``: the step's :class:`~grpo_monitor.estimators.rows.Rows` (float64, on the host).
+    """
+    r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
+    if a is None or not rows.replayable or not len(a):
+        return []
+    valid = ~np.isnan(r)
+    n_groups = int(g.max()) + 1
+    best = np.full(n_groups, -np.inf)
+    np.maximum.at(best, g[valid], r[valid])
+    nonzero = valid & (np.abs(a) > config.tolerances.zero_group_mean * _typical_nonzero(a, valid))
+    count = np.bincount(g[nonzero], minlength=n_groups)
+    wrong_row = np.bincount(g[nonzero & (r < best[g])], minlength=n_groups)
+    bad = np.flatnonzero((count > 1) | (wrong_row > 0))
+    if not len(bad):
+        return []
+    first = tuple(labels[i] for i in bad[:_MAX_GROUPS])
+    observed = (f"{len(bad)} groups with more than one nonzero row or a nonzero row below the group's best "
+                f"(max {int(count.max())} nonzero rows in a group)")
+    return [violation("one_nonzero_per_group", step, observed, config, first, count=len(bad))]
+
+
+def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
+    vals = np.abs(a[valid])
+    vals = vals[vals > 0]
+    return float(np.median(vals)) if len(vals) else 1.0
+
+
+#: The promises checked on the step's rows on the host, run only for an estimator that promises them.
+REPLAY_CHECKS: dict[str, Callable[[Any, MonitorConfig, int], list[Violation]]] = {
+    "one_nonzero_per_group": one_nonzero_per_group,
+}
+
+
+def replay_violations(promises: Collection[str], rows: Callable[[], Any], config: MonitorConfig,
+                      step: int) -> list[Violation]:
+    """The :data:`REPLAY_CHECKS` the estimator ``promises``, on the step's host rows (``rows()`` copies them once,
+    only when one of them runs)."""
+    checks = [check for name, check in REPLAY_CHECKS.items() if name in promises]
+    if not checks:
+        return []
+    host = rows()
+    return [v for check in checks for v in check(host, config, step)]

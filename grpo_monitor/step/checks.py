@@ -3,7 +3,7 @@
 :func:`check_rollout` judges a synced rollout's estimator against the run's lock and returns
 the violations, the judgement and the narrowed lock as data (:class:`RolloutCheck`); the
 monitor applies them. :func:`rollout_findings` decides what counts: the estimator's promises
-filter the device-side breaches, pass@k estimators get their own check, and a ``convention``
+filter the device-side breaches, the promised replay checks run on the host rows, and a ``convention``
 finding is added only when no structural breach already explains the misfit (the root-cause rule).
 
 The per-step path only moves counts; the observed values and the first offending group
@@ -18,18 +18,17 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
 from ..config import MonitorConfig
 from ..estimators.judge import EstimatorJudge, Judgement, ignores_groups
+from ..estimators.rows import host_rows
 from ..invariants import DEVICE_PROMISES, ROOT_CAUSES, tokens
+from ..invariants.estimator import replay_violations
 from ..invariants.rollout import group_violations as group_violations
 from ..invariants.rollout import residue_bound as residue_bound
 from ..invariants.tokens import worst_rows as worst_rows
 from ..invariants.violation import Violation, violation
-
-_MAX_GROUPS = 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,8 +67,7 @@ def rollout_findings(rollout: dict[str, float], records: Sequence, judged: Judge
     if judged is None:
         return found
     found = [v for v in found if v.invariant not in DEVICE_PROMISES or v.invariant in judged.promises]
-    if "one_nonzero_per_group" in judged.promises:
-        found += passk_violations(records, config, step)
+    found += replay_violations(judged.promises, lambda: host_rows(records), config, step)
     if judged.problem and not any(v.invariant in ROOT_CAUSES for v in found):
         hint = {"hint": judged.hint} if judged.hint else {}
         found.append(violation("convention", step, judged.problem, config, judged.groups, **hint))
@@ -89,39 +87,6 @@ def batch_axis_note(judged: Judgement | None, config: MonitorConfig) -> str | No
             "rollout declares (baseline and scale over the whole batch: the wrong normalisation axis for GRPO, "
             "so group means of the advantages are not 0 and are not checked); if your trainer means to run "
             f"{name}, declare MonitorConfig(std_convention={name!r}) to silence this")
-
-
-def passk_violations(records: Sequence, config: MonitorConfig, step: int) -> list[Violation]:
-    """pass@k: in each group with reward variation at most one row is nonzero, and it holds the group's best reward.
-
-    Host side (the rows are copied once); only for estimators promising ``one_nonzero_per_group``.
-    """
-    from ..estimators.rows import host_rows
-
-    rows = host_rows(records)
-    r, g, a, labels = rows.rewards, rows.gid, rows.advantages, rows.labels
-    if a is None or not rows.replayable or not len(a):
-        return []
-    valid = ~np.isnan(r)
-    n_groups = int(g.max()) + 1
-    best = np.full(n_groups, -np.inf)
-    np.maximum.at(best, g[valid], r[valid])
-    nonzero = valid & (np.abs(a) > config.tolerances.zero_group_mean * _typical_nonzero(a, valid))
-    count = np.bincount(g[nonzero], minlength=n_groups)
-    wrong_row = np.bincount(g[nonzero & (r < best[g])], minlength=n_groups)
-    bad = np.flatnonzero((count > 1) | (wrong_row > 0))
-    if not len(bad):
-        return []
-    first = tuple(labels[i] for i in bad[:_MAX_GROUPS])
-    observed = (f"{len(bad)} groups with more than one nonzero row or a nonzero row below the group's best "
-                f"(max {int(count.max())} nonzero rows in a group)")
-    return [violation("one_nonzero_per_group", step, observed, config, first, count=len(bad))]
-
-
-def _typical_nonzero(a: np.ndarray, valid: np.ndarray) -> float:
-    vals = np.abs(a[valid])
-    vals = vals[vals > 0]
-    return float(np.median(vals)) if len(vals) else 1.0
 
 
 def token_violations(v: dict[str, float], config: MonitorConfig, step: int,
