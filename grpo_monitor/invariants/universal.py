@@ -61,7 +61,7 @@ def universal_breach(rewards: np.ndarray, gid: np.ndarray, adv: np.ndarray, *, m
     >>> universal_breach(r, g, np.array([-1.0, 1.0, 1.0, -1.0]), monotone_tol=1e-3, constant_tol=0.25).groups
     (1,)
     """
-    inv, valid, n, degenerate = _groups(rewards, gid)
+    inv, valid, n, degenerate = grouping(rewards, gid)
     live = valid & ~degenerate[inv] & (n[inv] >= 2)
     vals = np.abs(adv[live])
     typ = float(np.median(vals)) if len(vals) and np.median(vals) > 0 else float(vals.mean()) if len(vals) else 1.0
@@ -88,7 +88,7 @@ def universal_breach(rewards: np.ndarray, gid: np.ndarray, adv: np.ndarray, *, m
     return None
 
 
-def _groups(rewards: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, ...]:
+def grouping(rewards: np.ndarray, gid: np.ndarray) -> tuple[np.ndarray, ...]:
     """Group index of each row (0..k-1, any labels), scorable rows, scorable rows per group, and the groups whose
     scorable rewards are all equal (or that have none)."""
     inv = np.unique(gid, return_inverse=True)[1].reshape(-1)
