@@ -8,6 +8,6 @@ from __future__ import annotations
 
 from .errors import InvariantViolation as InvariantViolation  # its home; this old path keeps working
 from .invariants import INVARIANTS as INVARIANTS
-from .invariants.violation import Violation as Violation
+from .invariants.record import Violation as Violation
 
 __all__ = ["INVARIANTS", "InvariantViolation", "Violation"]

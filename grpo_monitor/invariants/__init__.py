@@ -19,9 +19,8 @@ of grpo_monitor: statistics, estimators, checks and the config import it.
 from __future__ import annotations
 
 from . import declared, estimator, rollout, tokens, trainer, weights
-from .record import Invariant, Severity, Side, register
+from .record import Invariant, Severity, Side, Violation, register, violation
 from .rollout import RESIDUE_RULE
-from .violation import Violation, violation
 
 #: Every invariant the monitor checks, by name (the keys of ``MonitorConfig.policies``).
 INVARIANTS: dict[str, Invariant] = register(*rollout.RECORDS, *estimator.RECORDS, *tokens.RECORDS,

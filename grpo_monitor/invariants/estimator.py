@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .record import Invariant, MonitorConfig, tol
-from .violation import Violation, violation
+from .record import Invariant, MonitorConfig, Violation, tol, violation
 
 _MAX_GROUPS = 5
 

@@ -19,8 +19,7 @@ import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .record import Invariant, MonitorConfig, tol
-from .violation import Violation, violation
+from .record import Invariant, MonitorConfig, Violation, tol, violation
 
 if TYPE_CHECKING:  # the records are read without torch (the catalogue, the CLI); the checks get tensors
     import torch

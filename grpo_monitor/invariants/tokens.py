@@ -13,8 +13,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from .record import Invariant, MonitorConfig, tol
-from .violation import Violation, violation
+from .record import Invariant, MonitorConfig, Violation, tol, violation
 
 if TYPE_CHECKING:  # the records are read without torch (the catalogue, the CLI)
     import torch

@@ -11,8 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .record import Invariant, MonitorConfig
-from .violation import Violation, violation
+from .record import Invariant, MonitorConfig, Violation, violation
 
 
 def _expected(cfg: MonitorConfig) -> str:

@@ -25,10 +25,10 @@ from ..estimators.judge import EstimatorJudge, Judgement, ignores_groups
 from ..estimators.rows import host_rows
 from ..invariants import DEVICE_PROMISES, ROOT_CAUSES, tokens
 from ..invariants.estimator import replay_violations
+from ..invariants.record import Violation, violation
 from ..invariants.rollout import group_violations as group_violations
 from ..invariants.rollout import residue_bound as residue_bound
 from ..invariants.tokens import worst_rows as worst_rows
-from ..invariants.violation import Violation, violation
 
 
 @dataclasses.dataclass(frozen=True)
