@@ -3,7 +3,7 @@
     python benchmarks/universal_calibration.py [--seeds 3]
 
 Under ``std_convention="auto"``, when no registry entry explains a step, three statistics decide
-between an ``unknown_estimator`` warning and an error (:mod:`grpo_monitor.estimators.universal`),
+between an ``unknown_estimator`` warning and an error (:mod:`grpo_monitor.invariants.universal`),
 each in typical |advantage| units (the median |advantage| over rows of groups with reward variation):
 
 * ``ratio``: the largest |advantage| (error beyond ``MAX_RATIO`` = 1e3);
@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "estimators"))
 from grpo_monitor.config import Tolerances  # noqa: E402
 from grpo_monitor.estimators import ESTIMATORS  # noqa: E402
-from grpo_monitor.estimators.universal import MAX_RATIO  # noqa: E402
+from grpo_monitor.invariants.universal import MAX_RATIO  # noqa: E402
 from test_estimators_long_tail import KINDS, REAL_BUGS, _rewards  # noqa: E402
 
 G, B = 8, 24

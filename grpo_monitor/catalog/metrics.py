@@ -16,7 +16,7 @@ what ``grpo/...`` means, look it up here.
 'Invariants'
 
 Torch-free: importing it costs no more than the invariant registry it derives from
-(:data:`grpo_monitor.catalog.invariants.INVARIANTS`, one count per invariant).
+(:data:`grpo_monitor.invariants.INVARIANTS`, one count per invariant).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from __future__ import annotations
 import types
 from collections.abc import Mapping
 
+from ..invariants import INVARIANTS
 from .families import FAMILIES
 from .health_metrics import health_entries
-from .invariants import INVARIANTS
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,

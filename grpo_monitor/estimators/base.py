@@ -15,17 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.invariants import PROMISED
+from ..invariants import PROMISES as _PROMISES
 
-#: What an estimator may promise: the invariants whose record carries a promise (one home:
-#: :mod:`grpo_monitor.catalog.invariants`), plus ``batch_zero_mean``, which only judges an estimator.
-#: Every promise is about batches in which each group has at least two scorable rows; groups with
-#: one scorable row follow ``Estimator.singleton``.
-PROMISES: dict[str, str] = {
-    **PROMISED,
-    "batch_zero_mean": "the advantages of all scorable rows average to 0 over the batch (each row weighted by "
-    "its token count when the estimator whitens tokens and lengths are given)",
-}
+#: What an estimator may promise: the invariants whose record carries a promise, plus ``batch_zero_mean``,
+#: which only judges an estimator (one home: :mod:`grpo_monitor.invariants`). Every promise is about
+#: batches in which each group has at least two scorable rows; groups with one scorable row follow
+#: ``Estimator.singleton``.
+PROMISES: dict[str, str] = _PROMISES
 
 #: What a one-scorable-row group gets, by ``Estimator.singleton``.
 SINGLETONS: dict[str, str] = {

@@ -27,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.invariants import DEVICE_PROMISES
+from ..invariants import DEVICE_PROMISES
+from ..invariants.universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 from .base import Estimator
 from .classic import ConventionFit, ConventionTracker, classic_of
 from .custom import USER_FUNCTION_FAILED, USER_FUNCTION_HINT
@@ -36,7 +37,6 @@ from .families import group_stats, layout
 from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
-from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
 
 def replay_needs(est: Estimator) -> tuple[str, ...]:

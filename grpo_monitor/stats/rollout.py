@@ -3,7 +3,8 @@
 ``rollout_stats`` turns one batch of rewards (and advantages) into a float64 vector laid
 out by ``ROLLOUT_FIELDS`` (sums, minima, maxima: they merge across calls and ranks) and a
 :class:`RolloutDetail` of per-group tensors kept on the device for histograms, the
-per-question history and the offending-group lists of a breach.
+per-question history and the offending-group lists of a breach. The per-group masks of the rollout
+invariants are theirs (:func:`grpo_monitor.invariants.rollout.offending`); this module counts them.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import dataclasses
 
 import torch
 
-from ..catalog.invariants import GROUP_INVARIANTS
 from ..config import Tolerances
+from ..invariants import GROUP_INVARIANTS
+from ..invariants.rollout import offending as group_offenders
 from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
@@ -75,14 +77,10 @@ def rollout_stats(
         question_std_sum=torch.where(scored, s.std, 0.0).sum(), nonbinary=s.nonbinary,
         reward_sq_sum=torch.where(torch.isfinite(rewards), rewards * rewards, 0.0).sum(),  # the batch std's
     )
-    offending = {"finite": s.nonfinite}
-    offending["group_size"] = (s.rows == 1) | ((s.rows != group_size) if group_size else torch.zeros_like(s.live))
-    fit = None
-    if advantages is not None:
-        fit = advantage_fit(advantages, s, seg)
+    fit = advantage_fit(advantages, s, seg) if advantages is not None else None
+    if fit is not None:
         vals.update(_advantage_fields(s, fit))
-        offending.update(_advantage_offenders(s, fit, tol))
-        offending["finite"] = offending["finite"] | fit.nonfinite
+    offending = group_offenders(s, fit, tol, group_size)  # the rollout invariants' masks (grpo_monitor.invariants)
     vals.update(_violation_fields(offending))
     vals.update(split_fields(rewards, s, seg, lengths, truncated))
     vals.update(ages or {})
@@ -127,17 +125,6 @@ def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
     for i, name in enumerate(CONVENTIONS):
         out[f"e_{name}_min"], out[f"e_{name}_max"] = lo[i], hi[i]
     return out
-
-
-def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, tol: Tolerances) -> dict:
-    typ, fin = fit.typical, ~fit.nonfinite
-    live = s.live & fin
-    return {
-        "unscorable_rows": fit.unscorable_abs_max > tol.unscorable * typ,
-        "zero_group_mean": live & (fit.intercept.abs() > tol.zero_group_mean * typ),
-        "affine_in_rewards": live & ((fit.resid_rms > tol.affine_residual * typ) | ~(fit.slope > 0)),
-        "degenerate_zero": s.degenerate & fin & (fit.abs_max > tol.degenerate_ratio * typ),
-    }
 
 
 def _violation_fields(offending: dict) -> dict:

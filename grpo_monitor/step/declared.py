@@ -91,7 +91,7 @@ _HINT = ("pass the missing argument (or drop the declaration); until then this c
 
 def unmet(config: Any, calls: Calls, *, said: set[str], step: int) -> list[Violation]:
     """One ``declared_check`` warning per requirement unmet this step and not yet said (``said`` is updated)."""
-    from .checks import violation
+    from ..invariants import violation
 
     out = []
     for req in REQUIREMENTS:

@@ -13,8 +13,8 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from ..catalog.invariants import INVARIANTS
 from ..config import MonitorConfig
+from ..invariants import INVARIANTS
 from ..repro.save import save_repro
 from ..violations import Violation
 from .accumulator import Accumulator

@@ -154,7 +154,7 @@ def _applies(cause: str, record: TrainerKey, trainer: float, exact: float, ctx: 
 
 def findings(rows: Sequence[AuditRow], step: int) -> list[Violation]:
     """One ``trainer_metric`` warning per mismatched row (the catalogued hint is the cause's text)."""
-    from ..catalog.invariants import INVARIANTS
+    from ..invariants import INVARIANTS
 
     inv = INVARIANTS["trainer_metric"]
     return [Violation("trainer_metric", step, f"{_at(r)}{r.framework} logged {r.key} = {r.trainer:.6g}, exact value "

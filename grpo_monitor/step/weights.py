@@ -4,7 +4,8 @@
 ``observe_loss(rows=)`` links a micro-batch's rows to groups on the device), the step's
 per-response rows (device tensors, copied to the host once, in the step's sync) and the
 reasons already announced for falling back to derived weights. :func:`summarize` turns the
-synced rows into the ``grpo/weights/`` metrics and the ``loss_aggregation`` violation.
+synced rows into the ``grpo/weights/`` metrics and the ``loss_aggregation`` violation (the invariant's
+record and wording: :mod:`grpo_monitor.invariants.weights`).
 Statistics: :mod:`grpo_monitor.stats.weights`; aggregations: :mod:`grpo_monitor.stats.aggregations`.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from ..invariants import weights as aggregation_check
 from ..stats import aggregations as agg
 from ..stats.weights import ROW_COLUMNS, WeightRows, checkable_rows, measure_weights, row_records, weight_metrics
 
@@ -109,14 +111,10 @@ class LossWeights:
     def check(self, flat: torch.Tensor, every_rank: tuple | None, config: Any, step: int) -> list[Any]:
         """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
         ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
-        from .checks import violation
-
         ref = self.reference
         summary = summarize(flat.numpy(), config, ref.labels if ref is not None else None, every_rank)
         self.metrics, self.histograms = summary.metrics, summary.histograms
-        if summary.offending is None:
-            return []
-        return [violation("loss_aggregation", step, summary.offending, config, summary.groups, count=summary.count)]
+        return aggregation_check.breach(summary.offending, summary.groups, summary.count, config, step)
 
     def end_step(self) -> None:
         """The next step starts without rows or metrics (the reference rollout stays)."""
@@ -208,23 +206,7 @@ def _describe(rows: WeightRows, declared: str, scope: str, normalizer: float | N
               fit: agg.Fit | None, labels: Sequence[Hashable] | None) -> tuple[str, tuple, int]:
     """The first offending rows with their measured and expected per-token weights."""
     where, expected, count = agg.offending_rows(rows, declared, scope, normalizer, tol)
-    parts = []
-    for i, c_exp in zip(where.tolist(), expected.tolist(), strict=True):
-        a = rows.advantage[i]
-        src = int(rows.source_row[i])
-        parts.append(
-            f"micro-batch {int(rows.micro[i])} row {int(rows.row[i])}"
-            + (f" (rollout row {src})" if src >= 0 else "")
-            + f", {int(rows.length[i])} tokens, advantage {a:.4g}: measured w {-a * rows.c_mean[i]:.6g} per token "
-            f"(range {-a * rows.c_max[i]:.6g}..{-a * rows.c_min[i]:.6g}), expected {-a * c_exp:.6g}")
-    found = f"; the weights follow {fit.name} ({fit.scope} scope)" if fit is not None else \
-        "; no listed aggregation fits them"
-    text = f"{count} of {int(rows.checked().sum())} checked rows off {declared} ({scope}): " + "; ".join(parts) + found
-    groups: tuple = ()
-    if labels is not None:
-        gids = [int(rows.group[i]) for i in where.tolist() if rows.group[i] >= 0]
-        groups = tuple(labels[g] for g in dict.fromkeys(gids) if g < len(labels))
-    return text, groups, count
+    return aggregation_check.describe(rows, where, expected, count, declared, scope, fit, labels)
 
 
 __all__ = ["ROW_COLUMNS", "LossWeights", "WeightsSummary", "summarize"]

@@ -13,6 +13,7 @@ import functools
 from typing import Any
 
 from ...estimators import Estimator, get
+from ...invariants.probes import PERMUTATION
 from . import registry
 from .probes import Match
 
@@ -37,8 +38,8 @@ CAUSES = {
 }
 #: The invariants each structural cause explains (the others keep the monitor's hint).
 EXPLAINS = {
-    "wrong_axis": ("zero_group_mean", "affine_in_rewards", "degenerate_zero", "permutation_equivariance"),
-    "misaligned": ("affine_in_rewards", "zero_group_mean", "permutation_equivariance"),
+    "wrong_axis": ("zero_group_mean", "affine_in_rewards", "degenerate_zero", PERMUTATION.name),
+    "misaligned": ("affine_in_rewards", "zero_group_mean", PERMUTATION.name),
     "sign_flip": ("affine_in_rewards",),
     "near": ("zero_group_mean", "affine_in_rewards"),
 }

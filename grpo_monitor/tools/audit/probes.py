@@ -22,6 +22,8 @@ import torch
 
 from .. import theory
 from ...config import MonitorConfig
+from ...invariants import probes as probe_invariants
+from ...invariants.probes import relative as relative
 from ...monitor import GRPOMonitor
 
 AdvantageFn = Callable[..., Any]
@@ -257,26 +259,14 @@ def _short(t: torch.Tensor) -> list[float]:
 
 # ------------------------------------------------------------------- extra checks
 def equivariance_error(fn: AdvantageFn, rewards: torch.Tensor, seed: int = 1) -> float:
-    """Max |f(r permuted within each row) - f(r) permuted| relative to max |f(r)| (independent row permutations)."""
-    gen = torch.Generator().manual_seed(seed)
-    perm = torch.stack([torch.randperm(rewards.shape[1], generator=gen) for _ in range(len(rewards))])
-    base = call(fn, rewards).to(torch.float64)
-    moved = call(fn, rewards.gather(1, perm)).to(torch.float64)
-    return relative(moved, base.gather(1, perm))
+    """Max |f(r permuted within each row) - f(r) permuted| relative to max |f(r)| (the probe's definition:
+    :func:`grpo_monitor.invariants.probes.equivariance_error`, on the contract-checked function)."""
+    return probe_invariants.equivariance_error(lambda r: call(fn, r), rewards, seed)
 
 
 def batch_dependence(fn: AdvantageFn, rewards: torch.Tensor) -> float:
     """Max difference between each group's advantages in the batch and alone, relative to max |advantage|."""
-    whole = call(fn, rewards).to(torch.float64)
-    alone = torch.cat([call(fn, rewards[i:i + 1]).to(torch.float64) for i in range(len(rewards))])
-    return relative(alone, whole)
-
-
-def relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Max |a - b| over max finite |b| (equal values, infinities and NaN included, agree; else a NaN is infinite)."""
-    scale = b.abs().nan_to_num(0.0, posinf=0.0).max().clamp(min=1e-300)
-    same = (a == b) | (torch.isnan(a) & torch.isnan(b))
-    return float(torch.where(same, 0.0, (a - b).abs().nan_to_num(math.inf)).max() / scale)
+    return probe_invariants.batch_dependence(lambda r: call(fn, r), rewards)
 
 
 def scale_response(fn: AdvantageFn, rewards: torch.Tensor) -> dict[str, float]:

@@ -25,6 +25,7 @@ import torch
 from .. import theory
 from ...config import Tolerances
 from ...estimators import get
+from ...invariants.probes import PERMUTATION
 from ...strict_json import json_safe
 from . import precision, probes, registry
 from .causes import CAUSES, apply_causes, expectation_cause, structural_causes
@@ -310,11 +311,10 @@ def _extra_checks(fn: AdvantageFn, batches: dict[str, Probe], runs64: dict, viol
                                   "(34 groups, or one group alone): a batch or group size baked in?"))
         return {"equivariant": None, "batch_independent": None, "scale": {}}
     if eq > tol:
-        violations.append(probes.finding("permutation", "float64", "permutation_equivariance",
+        violations.append(probes.finding("permutation", "float64", PERMUTATION.name,
                                   f"relative change {eq:.3g} when responses are permuted within groups (the "
                                   f"function's own precision allows {tol:.2g})",
-                                  "advantages follow their responses under any within-group permutation",
-                                  "rows misaligned with rewards, or statistics over the wrong axis"))
+                                  PERMUTATION.expected(None), PERMUTATION.hint))
     return {"equivariant": eq <= tol, "batch_independent": alone <= tol, "scale": scale}
 
 
