@@ -60,7 +60,7 @@ def _group_size(cfg: MonitorConfig) -> str:
 
 
 def _convention(cfg: MonitorConfig) -> str:
-    c = cfg.std_convention
+    c = cfg.estimator
     return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
 
@@ -80,7 +80,7 @@ def _mismatch(cfg: MonitorConfig) -> str:
 def _loss_aggregation(cfg: MonitorConfig) -> str:
     scope = "" if cfg.loss_scope == "auto" else f", {cfg.loss_scope} scope"
     return (f"per-token weights of loss_aggregation={cfg.loss_aggregation!r}{scope} within "
-            f"{cfg.tolerances.loss_aggregation:g} relative")
+            f"{cfg.tolerances.loss_weight_rel:g} relative")
 
 
 _RECORDS = (
@@ -122,11 +122,11 @@ _RECORDS = (
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
               "or a stabilizer that changes", "steps", "convention", "error", _convention),
-    Invariant("unknown_estimator", "under std_convention='auto', a registry estimator (or your declared one) "
+    Invariant("unknown_estimator", "under estimator='auto', a registry estimator (or your declared one) "
               "explains the advantages",
               "an estimator the registry does not know, which keeps the universal invariants (finite, non-decreasing "
               "in reward within each group, one common advantage on constant groups): declare it, "
-              "MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...), to check it "
+              "MonitorConfig(estimator=your_fn) or grpo_monitor.estimators.custom(fn, name=...), to check it "
               "exactly", "steps", "estimator_residual", "warning",
               lambda cfg: "a registry estimator, or a declared one, reproduces the advantages"),
     Invariant("token_constant_advantage",

@@ -30,7 +30,7 @@ _SEVERITY = """
 ## Which estimator promises what
 
 The rollout invariants apply only where the step's estimator promises them (declared with
-`MonitorConfig(estimator=NAME)`, or `std_convention=NAME`, its older name, or found by `"auto"`,
+`MonitorConfig(estimator=NAME)` (`std_convention=NAME`, its deprecated 0.1 name, still works), or found by `"auto"`,
 which names the estimator in `StepReport.estimator` and `grpo/adv/convention_id`, its stable id
 below; `StepReport.convention` and the key keep their 0.1 names). `finite` and
 `group_size` always apply. Estimators marked *device* are checked by the per-group affine

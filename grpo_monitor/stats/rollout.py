@@ -9,16 +9,26 @@ per-question history and the offending-group lists of a breach.
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 import torch
 
 from ..catalog.invariants import GROUP_INVARIANTS
-from ..config import Tolerances
 from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
 from .segments import Segments, as_segments
 from .staleness import AGE_FIELDS
+
+class GroupTolerances(Protocol):
+    """The tolerances the group checks read (those of :class:`grpo_monitor.Tolerances`; not imported: the
+    config imports the statistics, not the reverse)."""
+
+    unscorable: float
+    zero_group_mean: float
+    affine_residual: float
+    degenerate_ratio: float
+
 
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
@@ -55,7 +65,7 @@ def rollout_stats(
     gid: torch.Tensor | Segments,
     num_groups: int,
     advantages: torch.Tensor | None,
-    tol: Tolerances,
+    tol: GroupTolerances,
     group_size: int | None,
     lengths: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,
@@ -129,7 +139,7 @@ def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
     return out
 
 
-def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, tol: Tolerances) -> dict:
+def _advantage_offenders(s: GroupRewardStats, fit: AdvantageFit, tol: GroupTolerances) -> dict:
     typ, fin = fit.typical, ~fit.nonfinite
     live = s.live & fin
     return {

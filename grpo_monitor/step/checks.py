@@ -82,7 +82,7 @@ def batch_axis_note(judged: Judgement | None, config: MonitorConfig) -> str | No
     batch baseline: the wrong normalisation axis for GRPO, whose ``zero_group_mean`` breach it does not promise,
     so it would pass unseen); None when it uses them, or when an integration or the user declared it."""
     name = judged.name if judged is not None else None
-    if config.std_convention != "auto" or not ignores_groups(name):
+    if config.estimator != "auto" or not ignores_groups(name):
         return None
     return (f"grpo-monitor: under std_convention='auto' the advantages fit {name}, which ignores the groups the "
             "rollout declares (baseline and scale over the whole batch: the wrong normalisation axis for GRPO, "
