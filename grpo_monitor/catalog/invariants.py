@@ -121,7 +121,7 @@ _RECORDS = (
               promise="at most one row per group has a nonzero advantage (pass@k)"),
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
-              "or a stabilizer that changes", "steps", "convention", "error", _convention),
+              "or a stabilizer that changes", "steps", "stabilizer_spread", "error", _convention),
     Invariant("unknown_estimator", "under estimator='auto', a registry estimator (or your declared one) "
               "explains the advantages",
               "an estimator the registry does not know, which keeps the universal invariants (finite, non-decreasing "
@@ -159,7 +159,7 @@ _RECORDS = (
               "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
               "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "
               "micro-batch's tokens instead of the step's, gradient accumulation not divided out, or an extra "
-              "per-token factor", "tokens", "loss_aggregation", "error", _loss_aggregation),
+              "per-token factor", "tokens", "loss_weight_rel", "error", _loss_aggregation),
     Invariant("trainer_metric", "the trainer's own logged metrics equal the monitor's exact values of the same "
               "quantities, within each key's documented tolerance",
               "the trainer's dashboard reduces the value differently (the finding names the likely cause: mean of "

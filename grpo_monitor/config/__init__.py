@@ -55,7 +55,9 @@ class MonitorConfig(BaseModel):
         "grpo_monitor.estimators.custom, kept here by its name) or the name it was declared under",
     )
     stabilizer: float | None = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
-    on_violation: Policy = "raise"
+    on_violation: Policy = Field(
+        "raise", description="what a breach does: 'raise' InvariantViolation before the optimizer uses the batch, "
+        "'warn', or 'ignore' (counted in grpo/invariants/* only)")
     policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
     tolerances: Tolerances = Field(default_factory=Tolerances)
     outcome_rewards: bool = Field(True, description="one reward per response: token advantages constant per row")
@@ -83,7 +85,9 @@ class MonitorConfig(BaseModel):
         (0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]"
     )
     kl_clamp: tuple[float, float] | None = Field((-10.0, 10.0), description="bounds the trainer clamps its KL to")
-    rollout_scope: Literal["local", "global"] = "local"
+    rollout_scope: Literal["local", "global"] = Field(
+        "local", description="'local': each rank observes its own share of the rollout (summed across ranks); "
+        "'global': every rank holds the whole gathered rollout (counted once)")
     defer_checks: bool = Field(
         False, description="check rollouts at end_step (one host sync per step) instead of at once"
     )

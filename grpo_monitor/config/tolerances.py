@@ -29,7 +29,8 @@ class Tolerances(BaseModel):
     )
     unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
     stabilizer_spread: float = Field(
-        2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k (the classic estimators' device fit; formerly ``convention``)")
+        2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k (the classic estimators' device "
+        "fit; formerly convention)")
     estimator_residual: float = Field(
         1e-3, gt=0, description="max per-group rms residual of a replayed estimator / typical |advantage|",
     )
@@ -57,7 +58,8 @@ class Tolerances(BaseModel):
     )
     loss_weight_rel: float = Field(
         1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
-        "loss_aggregation's (formerly ``loss_aggregation``), at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
+        "loss_aggregation's (formerly named loss_aggregation, like that setting), at least 16 epsilons of the "
+        "weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
     )
 
     @model_validator(mode="before")

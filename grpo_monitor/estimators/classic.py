@@ -3,7 +3,7 @@
 Which registry entries the device-side affine fit decides (:func:`classic_of`), and the lock
 across steps of which classic estimator the data follow (:class:`ConventionTracker`). The
 device-side arithmetic they share (the stabilizer residuals of each) is the pure tensor
-function :mod:`grpo_monitor.stats.conventions`, which also holds their names, in order.
+function :mod:`grpo_monitor.stats.scale_fit`, which also holds their names, in order.
 Used by :mod:`grpo_monitor.estimators.judge`.
 """
 
@@ -13,9 +13,10 @@ import dataclasses
 import functools
 from typing import Any, Protocol
 
-from ..stats.conventions import CONVENTIONS
+from ..stats.scale_fit import CONVENTIONS
 from . import families
 from .base import Estimator
+
 
 class Declared(Protocol):
     """What the classic fit reads of a :class:`~grpo_monitor.MonitorConfig` (not imported: the config

@@ -14,11 +14,12 @@ from typing import Protocol
 import torch
 
 from ..catalog.invariants import GROUP_INVARIANTS
-from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
+from .scale_fit import CONVENTIONS, stabilizer_range
 from .segments import Segments, as_segments
 from .staleness import AGE_FIELDS
+
 
 class GroupTolerances(Protocol):
     """The tolerances the group checks read (those of :class:`grpo_monitor.Tolerances`; not imported: the

@@ -12,9 +12,8 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..errors import SYNONYMS, nearest_name, unknown_keywords
+from ..errors import unknown_keywords
 from .inputs import InputTypeError
-
 
 
 def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
