@@ -56,8 +56,8 @@ def _twice(action):
 @pytest.mark.parametrize("action, expected, old", [
     pytest.param(lambda: MonitorConfig(std_convention="bessel").estimator, "bessel", "MonitorConfig.std_convention",
                  id="std_convention-keyword"),
-    pytest.param(lambda: MonitorConfig(estimator="verl.grpo").std_convention, "verl.grpo", "MonitorConfig.std_convention",
-                 id="std_convention-attribute"),
+    pytest.param(lambda: MonitorConfig(estimator="verl.grpo").std_convention, "verl.grpo",
+                 "MonitorConfig.std_convention", id="std_convention-attribute"),
     pytest.param(lambda: MonitorConfig(**json.loads('{"std_convention": "trl.group"}')).estimator, "trl.group",
                  "MonitorConfig.std_convention", id="std_convention-json"),
     pytest.param(lambda: Tolerances(convention=5e-3).stabilizer_spread, 5e-3, "Tolerances.convention",
@@ -117,7 +117,8 @@ def test_a_step_reports_the_estimator_under_both_names(tmp_path):
     assert report.estimator == "bessel" and report.violations == []
     convention, (first, second) = _twice(lambda: report.convention)
     assert convention == "bessel" and len(first) == 1 and "StepReport.convention" in first[0] and second == []
-    assert report.metrics["grpo/adv/estimator_id"] == report.metrics["grpo/adv/convention_id"] == ESTIMATOR_IDS["bessel"]
+    ids = report.metrics["grpo/adv/estimator_id"], report.metrics["grpo/adv/convention_id"]
+    assert ids == (ESTIMATOR_IDS["bessel"], ESTIMATOR_IDS["bessel"])
     record = json.loads(path.read_text().splitlines()[0])
     assert record["estimator"] == record["convention"] == "bessel"
     report.convention = "population"  # the setter too (already warned in this "process")

@@ -7,6 +7,7 @@ and under ``TYPE_CHECKING`` included).
 from __future__ import annotations
 
 import pytest
+
 from test_floor_plan import _imports, _modules
 
 

@@ -68,7 +68,8 @@ def test_the_environment_config_takes_the_nested_form():
                  r"it belongs to section 'history'; sampler holds expect_on_policy, ", id="wrong-section"),
     pytest.param({"loss": {"lossy": 1}}, r"'lossy'; no section has it \(sections: advantages, checks, loss, sampler, "
                  r"history, health, delivery, tolerances\)", id="no-section"),
-    pytest.param({"history": 5}, r"MonitorConfig\(history=\) takes a mapping of its fields \(history_cap, ", id="scalar"),
+    pytest.param({"history": 5}, r"MonitorConfig\(history=\) takes a mapping of its fields \(history_cap, ",
+                 id="scalar"),
     pytest.param({"history_cap": 5, "history": {"history_cap": 6}}, r"history_cap is given twice, as history_cap=5 "
                  r"and in history= as 6: pass one", id="twice"),
 ])
