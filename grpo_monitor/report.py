@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any
 
 from .violations import Violation
 
 _warned: list[bool] = []
+_UNSET: Any = object()
 
 
 def _renamed() -> None:
@@ -26,7 +28,8 @@ class StepReport:
     ``metrics`` maps the ``grpo/...`` keys to floats; ``histograms`` maps keys to lists of
     floats (e.g. the per-question reward std); ``tables`` maps a table name to rows;
     ``estimator`` names the advantage estimator in use (declared or inferred). ``convention``, its
-    0.1 name, still reads and sets it with one ``DeprecationWarning``; the JSONL record keeps a
+    0.1 name, still reads and sets it (and ``StepReport(convention=...)`` still constructs) with one
+    ``DeprecationWarning``; the JSONL record keeps a
     ``"convention"`` key beside ``"estimator"`` for the readers of 0.1 logs.
     """
 
@@ -78,3 +81,21 @@ class StepReport:
             **({"trainer_metrics": self.trainer_metrics} if self.trainer_metrics else {}),
             **({"health": self.health.to_dict()} if self.health is not None else {}),
         }
+
+
+_fields_init = StepReport.__init__
+
+
+@functools.wraps(_fields_init)
+def _init(self: StepReport, *args: Any, convention: Any = _UNSET, **kwargs: Any) -> None:
+    """The dataclass's ``__init__``, taking ``convention=`` (the 0.1 keyword) as ``estimator=`` with one warning."""
+    if convention is not _UNSET:
+        _renamed()
+        if kwargs.get("estimator", convention) != convention:
+            raise ValueError(f"StepReport: estimator={kwargs['estimator']!r} and convention={convention!r} name two "
+                             "estimators (convention is the older name of estimator): pass one")
+        kwargs["estimator"] = convention
+    _fields_init(self, *args, **kwargs)
+
+
+StepReport.__init__ = _init  # type: ignore[method-assign]

@@ -55,7 +55,7 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions", "grpo/offpolicy/")),
-    ("Advantages", ("grpo/adv/", "grpo/convention")),
+    ("Advantages", ("grpo/adv/", "grpo/estimator", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
     ("Mismatch", ("grpo/mismatch/",)),
     ("Entropy", ("grpo/entropy/",)),
@@ -139,9 +139,11 @@ def _advantages() -> list[Metric]:
         _m("grpo/adv/values", "advantage units", ROWS, "one histogram per step", "Finite advantages of up to "
            "1,024 rows sampled evenly; a shape other than a symmetric spread around 0 means a broken estimator.",
            kind="histogram", **adv),
-        _m("grpo/convention", "name", FIT, "last", "Name of the estimator in use (StepReport.estimator; the key "
-           "keeps its 0.1 name: dashboards read it), in the W&B run summary (None when none is named).",
-           kind="text", **adv),
+        _m("grpo/estimator", "name", FIT, "last", "Name of the estimator in use (StepReport.estimator), in the "
+           "W&B run summary (absent while none is named).", kind="text",
+           only_when="a W&B run (its run summary; every other sink has StepReport.estimator)", **adv),
+        _m("grpo/convention", "name", FIT, "last", "Deprecated: grpo/estimator under its 0.1 name, written beside it "
+           "in the W&B run summary for the dashboards built on it.", kind="text", alias_of="grpo/estimator", **adv),
     ]
 
 

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from grpo_monitor import GRPOMonitor, MonitorConfig, Tolerances
+from grpo_monitor import GRPOMonitor, MonitorConfig, StepReport, Tolerances
 from grpo_monitor.config import aliases
 from grpo_monitor.estimators import ESTIMATOR_IDS
 from grpo_monitor.sinks import JSONLSink
@@ -60,6 +60,8 @@ def _twice(action):
                  "MonitorConfig.std_convention", id="std_convention-attribute"),
     pytest.param(lambda: MonitorConfig(**json.loads('{"std_convention": "trl.group"}')).estimator, "trl.group",
                  "MonitorConfig.std_convention", id="std_convention-json"),
+    pytest.param(lambda: StepReport(0, {}, convention="bessel").estimator, "bessel", "StepReport.convention",
+                 id="report-convention-keyword"),
     pytest.param(lambda: Tolerances(convention=5e-3).stabilizer_spread, 5e-3, "Tolerances.convention",
                  id="tolerance-convention-keyword"),
     pytest.param(lambda: Tolerances(stabilizer_spread=5e-3).convention, 5e-3, "Tolerances.convention",
