@@ -148,9 +148,9 @@ class MonitorConfig(BaseModel):
             raise unknown_keywords("MonitorConfig", unknown, [*type(self).model_fields])
         section = data.get("advantages")
         for argument, name in (("estimator", data.get("estimator")), ("std_convention", data.get("std_convention")),
-                               ("advantages=", section.get("estimator") if isinstance(section, dict) else None)):
+                               ("advantages", section.get("estimator") if isinstance(section, dict) else None)):
             if isinstance(name, str) and not _known(name):
-                raise unknown_estimator(name, f"MonitorConfig({argument.rstrip('=')}=)")
+                raise unknown_estimator(name, f"MonitorConfig({argument}=)")
         super().__init__(**data)
 
     @model_validator(mode="before")
@@ -168,6 +168,7 @@ class MonitorConfig(BaseModel):
         return self.estimator
 
     def __getattr__(self, name: str) -> Any:
+        """``cfg.<section>``: a read-only view of that section's fields (:class:`Section`)."""
         if name in SECTIONS:
             return Section(name, {f: getattr(self, f) for f in SECTIONS[name]})
         return super().__getattr__(name)  # type: ignore[misc]
