@@ -2,7 +2,7 @@
 
     python benchmarks/universal_calibration.py [--seeds 3]
 
-Under ``std_convention="auto"``, when no registry entry explains a step, three statistics decide
+Under ``estimator="auto"``, when no registry entry explains a step, three statistics decide
 between an ``unknown_estimator`` warning and an error (:mod:`grpo_monitor.invariants.universal`),
 each in typical |advantage| units (the median |advantage| over rows of groups with reward variation):
 

@@ -75,7 +75,7 @@ parser.add_argument("--out", type=Path, default=Path("runs/custom_loop"),
 out = parser.parse_args().out
 out.mkdir(parents=True, exist_ok=True)
 (out / "monitor.jsonl").unlink(missing_ok=True)
-config = MonitorConfig(group_size=G, std_convention="bessel", stabilizer=1e-4, clip_range=(CLIP, CLIP))
+config = MonitorConfig(group_size=G, estimator="bessel", stabilizer=1e-4, clip_range=(CLIP, CLIP))
 monitor = GRPOMonitor(config, sinks=[JSONLSink(out / "monitor.jsonl"), ConsoleSink(every=20)])
 
 for step in range(STEPS):

@@ -54,7 +54,7 @@ parser.add_argument("--out", type=Path, default=Path("runs/demo_plain"),
 out = parser.parse_args().out
 out.mkdir(parents=True, exist_ok=True)
 (out / "monitor.jsonl").unlink(missing_ok=True)
-config = MonitorConfig(group_size=G, std_convention="population", expect_on_policy=True, repro_dir=str(out / "repro"))
+config = MonitorConfig(group_size=G, estimator="population", expect_on_policy=True, repro_dir=str(out / "repro"))
 with GRPOMonitor(config, sinks=[JSONLSink(out / "monitor.jsonl"), ConsoleSink(every=50)]) as monitor:
     for _step in range(STEPS):
         # 1. generate: B distinct questions, G responses each

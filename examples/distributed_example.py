@@ -42,7 +42,7 @@ def shard(step: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
 def worker(rank: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
-    config = MonitorConfig(group_size=G, std_convention="population", repro_dir=os.path.join(out, "repro"))
+    config = MonitorConfig(group_size=G, estimator="population", repro_dir=os.path.join(out, "repro"))
     monitor = GRPOMonitor(config, sinks=[JSONLSink(Path(out) / f"grpo-rank{rank}.jsonl")])
     try:
         for step in range(4):

@@ -82,7 +82,7 @@ def train(out: Path, steps: int) -> None:
         remove_unused_columns=False, disable_tqdm=True, logging_steps=1,
     )
     trainer = ToyGRPOTrainer(model=TablePolicy(), args=training_args, train_dataset=Prompts())
-    trainer.monitor = hf.attach(trainer, config=MonitorConfig(group_size=G, std_convention="population"),
+    trainer.monitor = hf.attach(trainer, config=MonitorConfig(group_size=G, estimator="population"),
                                 sinks=[JSONLSink(out / "grpo.jsonl")])
     trainer.train()
     for record in read_jsonl(out / "grpo.jsonl"):

@@ -63,7 +63,7 @@ def train(out: Path, steps: int, bug: bool) -> int:
     gen = torch.Generator().manual_seed(0)
     logits = torch.zeros(PROMPTS, T, V, requires_grad=True)
     opt = torch.optim.SGD([logits], lr=2.0)
-    config = MonitorConfig(group_size=G, std_convention="population", repro_dir=str(out / "repro"))
+    config = MonitorConfig(group_size=G, estimator="population", repro_dir=str(out / "repro"))
     monitor = GRPOMonitor(config, sinks=[JSONLSink(out / "grpo.jsonl")])
     try:
         for step in monitored_steps(monitor, range(steps)):

@@ -1,7 +1,7 @@
 """grpo-monitor: what a GRPO update is really made of, checked every step.
 
 >>> from grpo_monitor import GRPOMonitor, MonitorConfig
->>> GRPOMonitor(MonitorConfig(group_size=8)).config.std_convention
+>>> GRPOMonitor(MonitorConfig(group_size=8)).config.estimator
 'auto'
 
 Exports are lazy (as in :mod:`grpo_monitor.sinks`): ``import grpo_monitor`` imports

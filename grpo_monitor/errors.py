@@ -14,6 +14,7 @@ every name listed.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -113,3 +114,45 @@ class EstimatorFunctionError(ValueError):
 
 class WebhookError(RuntimeError):
     """A ``webhook:URL`` sink's message could not be delivered after its retries (counted; the sink backs off)."""
+
+
+# ------------------------------------------------------------ the words of a wrong name
+#: Names trainers use for the monitor's arguments (a hint only; the valid names come from each signature).
+SYNONYMS = {
+    "question_ids": ("prompt_ids", "prompt_id", "prompts", "prompt_index", "problem_ids", "questions", "qids"),
+    "group_ids": ("uid", "uids", "index", "group_index", "groups"),
+    "rewards": ("scores", "reward", "token_level_scores"),
+    "lengths": ("response_lengths", "completion_lengths", "seq_lens", "response_length"),
+    "mask": ("attention_mask", "response_mask", "completion_mask", "loss_mask", "action_mask"),
+    "logprobs": ("log_probs", "log_prob", "per_token_logps"),
+    "old_logprobs": ("old_log_probs", "old_log_prob", "old_per_token_logps"),
+    "ref_logprobs": ("ref_log_probs", "ref_log_prob", "ref_per_token_logps"),
+    "group_size": ("num_generations", "n_samples_per_prompt", "rollout_n", "n_samples", "num_samples"),
+}
+_SYNONYM_OF = {alias: name for name, aliases in SYNONYMS.items() for alias in aliases}
+
+
+def unknown_keywords(call: str, unknown: Sequence[str], valid: Sequence[str], *, listed: bool = False
+                     ) -> InputTypeError:
+    """The error for keywords ``call`` does not take: each named with the nearest ``valid`` one (all of them
+    ``listed`` too, for a short signature).
+
+    >>> print(unknown_keywords("MonitorConfig", ["num_generations"], ["group_size", "history_cap"]))
+    MonitorConfig() got an unexpected keyword argument 'num_generations'; did you mean group_size?
+    """
+    hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
+    names = f" (its arguments: {', '.join(valid)})" if listed else ""
+    return InputTypeError(f"{call}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints}"
+                          f"{names}")
+
+
+def nearest_name(wrong: str, valid: Sequence[str]) -> str:
+    """The valid name ``wrong`` most likely meant: a trainer's synonym of it, else the closest spelling.
+
+    >>> nearest_name("prompt_ids", ["rewards", "group_ids", "question_ids"]), nearest_name("advantage", ["advantages"])
+    ('question_ids', 'advantages')
+    """
+    alias = _SYNONYM_OF.get(wrong) or _SYNONYM_OF.get(wrong.lower())
+    if alias is not None and alias in valid:
+        return alias
+    return max(valid, key=lambda v: difflib.SequenceMatcher(None, wrong.lower(), v).ratio())

@@ -143,10 +143,10 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     @locked
     def declare_estimator(self, name: str, stabilizer: float | None = None) -> None:
         """Declare the advantage estimator the trainer uses (an integration's call; users set
-        ``MonitorConfig.std_convention``). A change restarts the estimator lock; the same one is a no-op."""
-        if name == self.config.std_convention and stabilizer == self.config.stabilizer:
+        ``MonitorConfig.estimator``). A change restarts the estimator lock; the same one is a no-op."""
+        if name == self.config.estimator and stabilizer == self.config.stabilizer:
             return
-        self.config = MonitorConfig(**{**self.config.model_dump(), "std_convention": name, "stabilizer": stabilizer})
+        self.config = MonitorConfig(**{**self.config.model_dump(), "estimator": name, "stabilizer": stabilizer})
         self._run.redeclare(self.config)
         self._health.declare(self.config, self._health.tracker.context.integration)
         self._run_record_due = True

@@ -3,9 +3,22 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import warnings
 from typing import Any
 
 from .violations import Violation
+
+_warned: list[bool] = []
+_UNSET: Any = object()
+
+
+def _renamed() -> None:
+    """One ``DeprecationWarning`` per process for ``StepReport.convention``."""
+    if not _warned:
+        _warned.append(True)
+        warnings.warn("StepReport.convention is deprecated: it is StepReport.estimator (same value); the old name "
+                      "keeps working", DeprecationWarning, stacklevel=3)
 
 
 @dataclasses.dataclass
@@ -14,14 +27,16 @@ class StepReport:
 
     ``metrics`` maps the ``grpo/...`` keys to floats; ``histograms`` maps keys to lists of
     floats (e.g. the per-question reward std); ``tables`` maps a table name to rows;
-    ``convention`` names the advantage estimator in use (declared or inferred; ``estimator``
-    reads the same value: ``convention`` is its name in the JSONL record since 0.1).
+    ``estimator`` names the advantage estimator in use (declared or inferred). ``convention``, its
+    0.1 name, still reads and sets it (and ``StepReport(convention=...)`` still constructs) with one
+    ``DeprecationWarning``; the JSONL record keeps a
+    ``"convention"`` key beside ``"estimator"`` for the readers of 0.1 logs.
     """
 
     step: int
     metrics: dict[str, float]
     violations: list[Violation] = dataclasses.field(default_factory=list)
-    convention: str | None = None
+    estimator: str | None = None
     histograms: dict[str, list[float]] = dataclasses.field(default_factory=dict)
     tables: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     flagged_questions: list[Any] = dataclasses.field(default_factory=list)
@@ -41,9 +56,15 @@ class StepReport:
     question_classes: dict[Any, str] = dataclasses.field(default_factory=dict)
 
     @property
-    def estimator(self) -> str | None:
-        """The advantage estimator in use: a registry name (declared or inferred), or None."""
-        return self.convention
+    def convention(self) -> str | None:
+        """Deprecated: :attr:`estimator` under its 0.1 name."""
+        _renamed()
+        return self.estimator
+
+    @convention.setter
+    def convention(self, name: str | None) -> None:
+        _renamed()
+        self.estimator = name
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready record the JSONL sink writes (one line per step)."""
@@ -51,7 +72,8 @@ class StepReport:
             "step": self.step,
             "metrics": self.metrics,
             "violations": [v.to_dict() for v in self.violations],
-            "convention": self.convention,
+            "estimator": self.estimator,
+            "convention": self.estimator,  # the 0.1 key, kept for the readers of older logs
             "failed": self.failed,
             "histograms": self.histograms,
             "flagged_questions": [str(q) for q in self.flagged_questions],
@@ -59,3 +81,21 @@ class StepReport:
             **({"trainer_metrics": self.trainer_metrics} if self.trainer_metrics else {}),
             **({"health": self.health.to_dict()} if self.health is not None else {}),
         }
+
+
+_fields_init = StepReport.__init__
+
+
+@functools.wraps(_fields_init)
+def _init(self: StepReport, *args: Any, convention: Any = _UNSET, **kwargs: Any) -> None:
+    """The dataclass's ``__init__``, taking ``convention=`` (the 0.1 keyword) as ``estimator=`` with one warning."""
+    if convention is not _UNSET:
+        _renamed()
+        if kwargs.get("estimator", convention) != convention:
+            raise ValueError(f"StepReport: estimator={kwargs['estimator']!r} and convention={convention!r} name two "
+                             "estimators (convention is the older name of estimator): pass one")
+        kwargs["estimator"] = convention
+    _fields_init(self, *args, **kwargs)
+
+
+StepReport.__init__ = _init  # type: ignore[method-assign]

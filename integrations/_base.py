@@ -113,7 +113,7 @@ class EntryPoint(Integration):
 
 
 # ------------------------------------------------------------------ advice the entry points share
-_DECLARE = "declare the estimator with MonitorConfig(std_convention=...) when {who}'s option has no registry entry"
+_DECLARE = "declare the estimator with MonitorConfig(estimator=...) when {who}'s option has no registry entry"
 _NO_QUESTIONS = ("the {who} integration groups rows by {ids}, not by question, so there is no per-question history "
                  "(the iid prediction and overdispersion need question ids and 0/1 rewards)")
 _NO_LEDGER = ("the {who} integration does not observe generation rounds; with dynamic sampling call "

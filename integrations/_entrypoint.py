@@ -225,13 +225,13 @@ class Attachment:
             if self.monitor is None:
                 self.monitor = GRPOMonitor(self._config_for(declared), sinks=self._sinks(declared))
                 self._guard = FailOpen(self.monitor, self.framework)
-            elif self.monitor.config.std_convention not in ("auto", declared.estimator) and declared.estimator:
-                self.warn_once("mismatch", f"the monitor declares {self.monitor.config.std_convention!r} but the "
+            elif self.monitor.config.estimator not in ("auto", declared.estimator) and declared.estimator:
+                self.warn_once("mismatch", f"the monitor declares {self.monitor.config.estimator!r} but the "
                                            f"{self.framework} config says {declared.estimator!r}")
 
     def _config_for(self, declared: Declared) -> MonitorConfig:
         """``declared`` as a MonitorConfig; fields set in ``self.config`` win."""
-        derived = {"std_convention": declared.estimator or "auto", "stabilizer": declared.stabilizer,
+        derived = {"estimator": declared.estimator or "auto", "stabilizer": declared.stabilizer,
                    "group_size": declared.group_size}
         if declared.policy_lag is not None:
             derived["max_policy_lag"] = declared.policy_lag
@@ -266,11 +266,11 @@ class Attachment:
         """
         declared = call.declared
         assert self.monitor is not None, "called from _finish, after _start built the monitor"
-        if self.monitor.config.std_convention != "auto" and self._user_declared():
+        if self.monitor.config.estimator != "auto" and self._user_declared():
             return True
         if declared.estimator is None:
             self.warn_once(f"none:{declared.note}", f"{declared.note}; only rewards and groups are observed. Declare "
-                                                    "the estimator with MonitorConfig(std_convention=...) to check "
+                                                    "the estimator with MonitorConfig(estimator=...) to check "
                                                     "its advantages")
             return False
         first = self.declared.estimator if self.declared else None
@@ -282,8 +282,8 @@ class Attachment:
         return True
 
     def _user_declared(self) -> bool:
-        """The estimator was declared by the user (a given monitor, or ``config.std_convention``), not derived."""
-        return not self.owned or (self.config is not None and "std_convention" in self.config.model_fields_set)
+        """The estimator was declared by the user (a given monitor, or ``config.estimator``), not derived."""
+        return not self.owned or (self.config is not None and "estimator" in self.config.model_fields_set)
 
     def warn_once(self, key: str, text: str) -> None:
         if key not in self.warned:

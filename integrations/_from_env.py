@@ -52,7 +52,7 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> tuple[Monitor
         raise ValueError(f"{exc}; expected an object of MonitorConfig fields plus \"sinks\"") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{ENV} is not valid JSON ({exc}); expected an object of MonitorConfig fields plus "
-                         f"\"sinks\", e.g. '{{\"std_convention\": \"verl.grpo\", \"sinks\": [\"auto\"]}}', but got "
+                         f"\"sinks\", e.g. '{{\"estimator\": \"verl.grpo\", \"sinks\": [\"auto\"]}}', but got "
                          f"{raw[:200]!r}") from None
     if not isinstance(fields, dict):
         raise ValueError(f"{ENV} must hold a JSON object of MonitorConfig fields plus \"sinks\", but got {raw[:200]!r}")

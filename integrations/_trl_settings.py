@@ -36,7 +36,7 @@ def config_from_trainer(trainer: Any, config: MonitorConfig | None = None) -> Mo
     if getattr(trainer, "multi_objective_aggregation", "sum_then_normalize") == "normalize_then_sum":
         estimator = "trl.normalize_then_sum"
     derived = dict(
-        group_size=int(trainer.num_generations), std_convention=estimator, stabilizer=None,
+        group_size=int(trainer.num_generations), estimator=estimator, stabilizer=None,
         clip_range=clip_range(trainer), kl_clamp=None, rollout_scope="global", **loss_aggregation(trainer),
         **importance_mask(trainer),
     )

@@ -37,8 +37,8 @@ subtracts the KL from the token rewards before ``compute_advantage``, and verl's
 estimators normalise the KL-shaped scores: the rewards observed are those scores, checked
 exactly. ``gae``, the config's default, reads a learned critic: rewards and groups only, said once.
 
-An estimator without an entry (a user's own) is checked against ``MonitorConfig.std_convention``
-when the user declares it (``attach(config=MonitorConfig(std_convention="verl.grpo"))``).
+An estimator without an entry (a user's own) is checked against ``MonitorConfig.estimator``
+when the user declares it (``attach(config=MonitorConfig(estimator="verl.grpo"))``).
 ``sinks="auto"`` follows ``trainer.logger`` (wandb, tensorboard, mlflow, trackio; the run
 verl's ``Tracking`` opened) and falls back to ``<trainer.default_local_dir>/grpo-monitor/monitor.jsonl``.
 

@@ -43,7 +43,7 @@ def _produced_by(m: Metric) -> str:
 
 
 def _row(m: Metric) -> str:
-    kind = "" if m.kind == "scalar" else f" ({m.kind})"
+    kind = ("" if m.kind == "scalar" else f" ({m.kind})") + (f" (alias of `{m.alias_of}`)" if m.alias_of else "")
     summary = f"; {m.summary}" if m.kind == "scalar" else ""
     cells = (f"`{m.key}`{kind}", m.meaning, m.unit, _produced_by(m), f"{m.aggregation}; {m.over_steps}{summary}")
     return "| " + " | ".join(_cell(c) for c in cells) + " |"

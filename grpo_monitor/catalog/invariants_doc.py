@@ -30,9 +30,9 @@ _SEVERITY = """
 ## Which estimator promises what
 
 The rollout invariants apply only where the step's estimator promises them (declared with
-`MonitorConfig(estimator=NAME)`, or `std_convention=NAME`, its older name, or found by `"auto"`,
-which names the estimator in `StepReport.estimator` and `grpo/adv/convention_id`, its stable id
-below; `StepReport.convention` and the key keep their 0.1 names). `finite` and
+`MonitorConfig(estimator=NAME)`, or found by `"auto"`, which names the estimator in
+`StepReport.estimator` and `grpo/adv/estimator_id`, its stable id below; the 0.1 names
+`std_convention=`, `StepReport.convention` and `grpo/adv/convention_id` still work, deprecated). `finite` and
 `group_size` always apply. Estimators marked *device* are checked by the per-group affine
 fit on the device; the others by exact replay of the float64 reference on the host
 (`lengths=` lets token-whitening ones replay exactly; without it their unknown offset and

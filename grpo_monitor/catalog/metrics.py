@@ -59,7 +59,7 @@ DROPPED_REPORTS_KEY = "grpo/monitor/dropped_reports"
 #: Sections in display order, with the key prefixes that place a key outside the catalogue.
 SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions", "grpo/offpolicy/")),
-    ("Advantages", ("grpo/adv/", "grpo/convention")),
+    ("Advantages", ("grpo/adv/", "grpo/estimator", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
     ("Mismatch", ("grpo/mismatch/",)),
     ("Entropy", ("grpo/entropy/",)),
@@ -129,10 +129,13 @@ def _advantages() -> list[Metric]:
         _m("grpo/adv/convention_scale", "ratio", RATIO, wl, "Mean over live groups of k_g * std_g, the advantage "
            "scale in units of the group's reward std (about 1 for population z-scores); a drift means the "
            "scaling changed.", **adv),
-        _m("grpo/adv/convention_id", "id", FIT, "last (constant in a healthy run)", "Stable id of the "
-           "estimator in use (grpo_monitor.estimators.ESTIMATOR_IDS: declared, or found by 'auto'; the name is the "
-           "report's convention; the classic five are 0-4; an id never changes); -2 for your own estimator "
+        _m("grpo/adv/estimator_id", "id", FIT, "last (constant in a healthy run)", "Stable id of the "
+           "estimator in use (grpo_monitor.estimators.ESTIMATOR_IDS: declared, or found by 'auto'; the name is "
+           "StepReport.estimator; the classic five are 0-4; an id never changes); -2 for your own estimator "
            "(estimators.custom), -1 when none is named (none fits, or an unknown_estimator warning).", **adv),
+        _m("grpo/adv/convention_id", "id", FIT, "last (constant in a healthy run)", "Deprecated: "
+           "grpo/adv/estimator_id under its 0.1 name, emitted beside it with the same value for the dashboards "
+           "built on it.", alias_of="grpo/adv/estimator_id", **adv),
         _m("grpo/adv/stabilizer", "reward units", FIT, "last (constant in a healthy run)", "The fitted epsilon of "
            "1/k_g = base_g + epsilon (under a batch std: 1/k = batch std + epsilon); large next to the reward std, "
            "it flattens low-variance groups' advantages. Exactly 0 for none and leave_one_out (no free stabilizer).",
@@ -140,8 +143,11 @@ def _advantages() -> list[Metric]:
         _m("grpo/adv/values", "advantage units", ROWS, "one histogram per step", "Finite advantages of up to "
            "1,024 rows sampled evenly; a shape other than a symmetric spread around 0 means a broken estimator.",
            kind="histogram", **adv),
-        _m("grpo/convention", "name", FIT, "last", "Name of the estimator in use (StepReport.estimator; the key "
-           "keeps its 0.1 name), in the W&B run summary (None when none is named).", kind="text", **adv),
+        _m("grpo/estimator", "name", FIT, "last", "Name of the estimator in use (StepReport.estimator), in the "
+           "W&B run summary (absent while none is named).", kind="text",
+           only_when="a W&B run (its run summary; every other sink has StepReport.estimator)", **adv),
+        _m("grpo/convention", "name", FIT, "last", "Deprecated: grpo/estimator under its 0.1 name, written beside it "
+           "in the W&B run summary for the dashboards built on it.", kind="text", alias_of="grpo/estimator", **adv),
     ]
 
 

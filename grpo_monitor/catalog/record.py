@@ -24,7 +24,8 @@ class Metric:
     ``over_steps`` how to combine several steps; ``summary`` the dashboards' run summary
     (``"last"`` or ``"max"``); ``panel`` the title of a chart shared with related keys;
     ``only_when`` why the key can be absent even when every input is given ("" if never);
-    ``constant`` the value the key takes at every step by definition (tables leave it out), else None.
+    ``constant`` the value the key takes at every step by definition (tables leave it out), else None;
+    ``alias_of`` the current key when this one is its older name (emitted beside it, same value).
     """
 
     key: str
@@ -40,6 +41,7 @@ class Metric:
     panel: str | None = None
     only_when: str = ""
     constant: float | None = None
+    alias_of: str | None = None
 
 
 # How values combine within a step (micro-batches, ranks) ---------------------------------

@@ -32,9 +32,9 @@ SINGLETONS: dict[str, str] = {
 }
 
 
-#: ``grpo/adv/convention_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
+#: ``grpo/adv/estimator_id`` of a user-declared estimator (:func:`~grpo_monitor.estimators.custom`).
 CUSTOM_ID = -2
-#: ``grpo/adv/convention_id`` when no estimator is named (none fits, or the check broke).
+#: ``grpo/adv/estimator_id`` when no estimator is named (none fits, or the check broke).
 UNKNOWN_ID = -1
 
 
@@ -64,7 +64,7 @@ class Estimator:
     multi_reward: bool = False
     token_weighted: bool = False
     reward_domain: str = "real"
-    id: int | None = None  # the stable integer id (``grpo/adv/convention_id``); set by the registry
+    id: int | None = None  # the stable integer id (``grpo/adv/estimator_id``); set by the registry
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", types.MappingProxyType(dict(self.params)))

@@ -3,7 +3,7 @@
 Which registry entries the device-side affine fit decides (:func:`classic_of`), and the lock
 across steps of which classic estimator the data follow (:class:`ConventionTracker`). The
 device-side arithmetic they share (the stabilizer residuals of each) is the pure tensor
-function :mod:`grpo_monitor.stats.conventions`, which also holds their names, in order.
+function :mod:`grpo_monitor.stats.scale_fit`, which also holds their names, in order.
 Used by :mod:`grpo_monitor.estimators.judge`.
 """
 
@@ -11,11 +11,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, Protocol
 
-from ..config import MonitorConfig
-from ..stats.conventions import CONVENTIONS
+from ..stats.scale_fit import CONVENTIONS
 from . import families
 from .base import Estimator
+
+
+class Declared(Protocol):
+    """What the classic fit reads of a :class:`~grpo_monitor.MonitorConfig` (not imported: the config
+    validates estimator names through this package, so this package does not import the config)."""
+
+    estimator: str
+    stabilizer: float | None
+    tolerances: Any  # reads stabilizer_spread and max_stabilizer_ratio
+
 
 _PINNED = ("none", "leave_one_out")  # conventions with no free stabilizer
 
@@ -91,19 +101,19 @@ class ConventionFit:
     problem: str | None = None  # why this step breaches the convention invariant
 
 
-def fitting_conventions(values: dict[str, float], config: MonitorConfig) -> tuple[tuple[str, ...], dict[str, float]]:
+def fitting_conventions(values: dict[str, float], config: Declared) -> tuple[tuple[str, ...], dict[str, float]]:
     """Conventions whose stabilizer residuals agree across live groups, and each one's stabilizer.
 
     ``values`` are the reduced rollout fields (``e_<name>_min/max``, ``inv_k_sum``,
     ``live``, ``live_std_sum``). A convention fits when its stabilizer e_g is the same in
-    every live group (within ``tolerances.convention`` of the typical 1/k); ``none`` and
+    every live group (within ``tolerances.stabilizer_spread`` of the typical 1/k); ``none`` and
     ``leave_one_out`` also need e = 0, population and Bessel e >= 0 (or the declared
     ``config.stabilizer``). When the live groups' reward stds are too alike to tell
     population from Bessel (both fit), the one with a plausible stabilizer (at most
     ``tolerances.max_stabilizer_ratio`` of the mean std) is kept.
     """
     live = values["live"]
-    tol = config.tolerances.convention * abs(values["inv_k_sum"] / live)
+    tol = config.tolerances.stabilizer_spread * abs(values["inv_k_sum"] / live)
     std_mean = values["live_std_sum"] / live
     stabs = {}
     for name in CONVENTIONS:
@@ -121,7 +131,7 @@ def fitting_conventions(values: dict[str, float], config: MonitorConfig) -> tupl
     return tuple(fits), {name: stabs[name] for name in fits}
 
 
-def _plausible_stabilizer(stab: float, tol: float, std_mean: float, ambiguous: bool, config: MonitorConfig) -> bool:
+def _plausible_stabilizer(stab: float, tol: float, std_mean: float, ambiguous: bool, config: Declared) -> bool:
     if config.stabilizer is not None:
         return abs(stab - config.stabilizer) <= tol
     if stab < -tol:
@@ -137,7 +147,7 @@ class ConventionTracker:
     which the tracker re-locks on the current step's candidates.
     """
 
-    def __init__(self, config: MonitorConfig):
+    def __init__(self, config: Declared):
         self.config = config
         self.candidates: tuple[str, ...] | None = None
 
@@ -146,7 +156,7 @@ class ConventionTracker:
         if values.get("live", 0) < 1 or values.get("adv_rows", 0) < 1:
             return None
         fits, stabs = fitting_conventions(values, self.config)
-        declared = self.config.std_convention
+        declared = self.config.estimator
         if declared != "auto":
             name = declared if declared in fits else None
             problem = None if name else _mismatch(declared, fits)

@@ -8,8 +8,8 @@ trainer) and compares, group by group, with the advantages the trainer produced.
 unequal size are replayed one size at a time.
 
 The returned :class:`~grpo_monitor.estimators.Estimator` is registered under ``name`` in
-:data:`CUSTOM`, so ``MonitorConfig(std_convention=name)``, a saved ``state_dict`` and every
-integration refer to it by name; ``MonitorConfig(std_convention=fn)`` calls :func:`custom`.
+:data:`CUSTOM`, so ``MonitorConfig(estimator=name)``, a saved ``state_dict`` and every
+integration refer to it by name; ``MonitorConfig(estimator=fn)`` calls :func:`custom`.
 
 >>> import torch
 >>> est = custom(lambda r: r - r.mean(1, keepdim=True), name="my.centred")

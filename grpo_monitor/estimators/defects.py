@@ -2,7 +2,7 @@
 and named as errors when they fit.
 
 A defect shape is finite and monotone in reward inside each group, so the universal invariants alone would call it
-an ``unknown_estimator`` (a warning) under ``std_convention="auto"``. Each :class:`KnownDefect` holds its float64
+an ``unknown_estimator`` (a warning) under ``estimator="auto"``. Each :class:`KnownDefect` holds its float64
 reference (an :class:`~grpo_monitor.estimators.Estimator`, fitted by the same replay), what is wrong, where it
 shipped (file and issue) and what fixed it. :func:`matching_defect` runs only when no registry entry fits, so a
 shipped estimator's advantages never reach it.

@@ -11,7 +11,7 @@ Two ways to judge a rollout, chosen per estimator:
   compares the advantages with the estimator's float64 reference on the same rewards,
   stabilizer fitted in closed form, residual per group over the typical |advantage|.
 
-With ``std_convention="auto"`` the device fit names a classic convention when one fits;
+With ``estimator="auto"`` the device fit names a classic convention when one fits;
 when none does, the registry is replayed and the estimators that fit (a plausible
 stabilizer, at most ``max_stabilizer_ratio`` of the reward std) are locked across steps,
 as the classic lock is.
@@ -106,7 +106,7 @@ class EstimatorJudge:
 
     def __init__(self, config: Any):
         self.config = config
-        name = config.std_convention
+        name = config.estimator
         self.declared = None if name == "auto" else get(name)
         classic = classic_of(self.declared) if self.declared is not None else None
         self.device = self.declared is None or classic is not None
@@ -114,7 +114,7 @@ class EstimatorJudge:
         if classic is not None:
             conv, eps = classic
             stab = config.stabilizer if config.stabilizer is not None else eps
-            device_config = config.model_copy(update={"std_convention": conv, "stabilizer": stab})
+            device_config = config.model_copy(update={"estimator": conv, "stabilizer": stab})
         self.conventions = ConventionTracker(device_config)
         self.replayed: tuple[str, ...] | None = None  # "auto": registry entries fitting every step so far
         self.locked: str | None = None  # "auto": the name reported so far
@@ -331,4 +331,4 @@ def _unknown_text(rows: Rows, names: Sequence[str], tol: float, ratio: float) ->
     nearest = ", ".join(f"{n} ({how})" for _, n, how in sorted(near)[:3]) or "none"
     return (f"no registry estimator reproduces these advantages (to {tol:g} x typical |advantage|), but the "
             f"universal invariants hold ({'; '.join(UNIVERSAL)}); nearest: {nearest}. Declare yours to check it "
-            "exactly: MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...)")
+            "exactly: MonitorConfig(estimator=your_fn) or grpo_monitor.estimators.custom(fn, name=...)")

@@ -9,9 +9,9 @@ from ..errors import UnknownEstimatorError as UnknownEstimatorError  # its home;
 from .base import CUSTOM, CUSTOM_ID, UNKNOWN_ID, Estimator
 from .frameworks import ALL
 
-#: The stable integer id of every registry entry, logged as ``grpo/adv/convention_id``. An id
-#: is never changed or reused (dashboards' histories depend on it): a new entry takes the next
-#: free number. The classic five keep 0-4.
+#: The stable integer id of every registry entry, logged as ``grpo/adv/estimator_id`` (and under
+#: its 0.1 key ``grpo/adv/convention_id``). An id is never changed or reused (dashboards' histories
+#: depend on it): a new entry takes the next free number. The classic five keep 0-4.
 ESTIMATOR_IDS: dict[str, int] = {
     "population": 0, "bessel": 1, "none": 2, "leave_one_out": 3, "batch": 4,
     "trl.group": 5, "trl.batch": 6, "trl.none": 7, "trl.normalize_then_sum": 8,

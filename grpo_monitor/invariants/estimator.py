@@ -20,7 +20,7 @@ _MAX_GROUPS = 5
 
 
 def _convention(cfg: MonitorConfig) -> str:
-    c = cfg.std_convention
+    c = cfg.estimator
     return "one convention across groups and steps" if c == "auto" else f"std_convention={c!r}"
 
 
@@ -33,12 +33,12 @@ RECORDS: tuple[Invariant, ...] = (
               promise="at most one row per group has a nonzero advantage (pass@k)"),
     Invariant("convention", "one std-scaling convention and one stabilizer hold across the batch and across steps",
               "a swapped scale_rewards branch, Bessel (torch.std's default) where population was meant, "
-              "or a stabilizer that changes", "steps", "convention", "error", _convention),
-    Invariant("unknown_estimator", "under std_convention='auto', a registry estimator (or your declared one) "
+              "or a stabilizer that changes", "steps", "stabilizer_spread", "error", _convention),
+    Invariant("unknown_estimator", "under estimator='auto', a registry estimator (or your declared one) "
               "explains the advantages",
               "an estimator the registry does not know, which keeps the universal invariants (finite, non-decreasing "
               "in reward within each group, one common advantage on constant groups): declare it, "
-              "MonitorConfig(std_convention=your_fn) or grpo_monitor.estimators.custom(fn, name=...), to check it "
+              "MonitorConfig(estimator=your_fn) or grpo_monitor.estimators.custom(fn, name=...), to check it "
               "exactly", "steps", "estimator_residual", "warning",
               lambda cfg: "a registry estimator, or a declared one, reproduces the advantages"),
 )

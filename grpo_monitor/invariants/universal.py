@@ -1,6 +1,6 @@
 """What every sane advantage estimator does, known or not: the universal invariants (host side, numpy).
 
-Under ``std_convention="auto"``, when no registry entry explains a step's advantages, these
+Under ``estimator="auto"``, when no registry entry explains a step's advantages, these
 decide between an ``unknown_estimator`` warning (they hold: an estimator the registry does not
 know) and an error (they break: a bug whatever the estimator):
 

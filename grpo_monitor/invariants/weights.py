@@ -17,7 +17,7 @@ from .record import Invariant, MonitorConfig, Violation, violation
 def _expected(cfg: MonitorConfig) -> str:
     scope = "" if cfg.loss_scope == "auto" else f", {cfg.loss_scope} scope"
     return (f"per-token weights of loss_aggregation={cfg.loss_aggregation!r}{scope} within "
-            f"{cfg.tolerances.loss_aggregation:g} relative")
+            f"{cfg.tolerances.loss_weight_rel:g} relative")
 
 
 RECORDS: tuple[Invariant, ...] = (
@@ -25,7 +25,7 @@ RECORDS: tuple[Invariant, ...] = (
               "-A c with c the declared loss aggregation's (per micro-batch or per optimizer step)",
               "the loss divides by another count than declared: per-row lengths under a constant normaliser, the "
               "micro-batch's tokens instead of the step's, gradient accumulation not divided out, or an extra "
-              "per-token factor", "tokens", "loss_aggregation", "error", _expected),
+              "per-token factor", "tokens", "loss_weight_rel", "error", _expected),
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ..config import MonitorConfig
+from ..config.aliases import upgrade
 from ..monitor import GRPOMonitor
 from ..report import StepReport
 from .save import SavedRollout
@@ -32,7 +33,7 @@ def replay(path: str, **config_overrides: Any) -> StepReport:
     the estimator lock the run had reached, so it judges the step as the live check did.
     """
     data = load_repro(path)
-    cfg = {**data["config"], "on_violation": "ignore", "policies": {}, **config_overrides}
+    cfg = {**upgrade(data["config"]), "on_violation": "ignore", "policies": {}, **config_overrides}
     mon = GRPOMonitor(MonitorConfig(**cfg))
     if data.get("estimator_lock") and not config_overrides:
         mon._run.estimator.load_state_dict(data["estimator_lock"])

@@ -114,8 +114,16 @@ class SavedConfig(_Strict):
     """What the state was recorded under: a state from another group size or estimator is refused by default."""
 
     group_size: int | None = None
-    std_convention: str = "auto"
+    estimator: str = "auto"
     stabilizer: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_name(cls, data: Any) -> Any:
+        """A state saved before 0.4 names the estimator ``std_convention``."""
+        if isinstance(data, dict) and "std_convention" in data:
+            data = {("estimator" if k == "std_convention" else k): v for k, v in data.items()}
+        return data
 
 
 class MonitorState(_Strict):
@@ -173,7 +181,7 @@ def check_config(saved: MonitorState, config: MonitorConfig, allow_config_change
         return
     clashes = [f"{name}={old!r} (this monitor: {new!r})" for name, old, new, unset in (
         ("group_size", saved.config.group_size, config.group_size, None),
-        ("estimator", saved.config.std_convention, config.std_convention, "auto"),
+        ("estimator", saved.config.estimator, config.estimator, "auto"),
     ) if old != new and unset not in (old, new)]
     if clashes:
         raise InputValueError(f"the monitor state was saved by a run with {' and '.join(clashes)}; nothing was "

@@ -99,7 +99,7 @@ class RunState:
         """Plain Python values only (numpy/torch ids converted): JSON and ``weights_only`` friendly."""
         cfg = self.config
         return plain_state({
-            "config": {"group_size": cfg.group_size, "std_convention": cfg.std_convention,
+            "config": {"group_size": cfg.group_size, "estimator": cfg.estimator,
                        "stabilizer": cfg.stabilizer},
             "conventions": self.estimator.state_dict(),
             "questions": self.questions.state_dict(),
@@ -112,7 +112,7 @@ class RunState:
         half-way). The history keeps this config's limits: ``history_cap`` (the newest questions kept),
         ``stuck_after``, ``success_halflife``. A state of another estimator leaves the lock fresh."""
         saved = state.get("config") or {}
-        if saved.get("std_convention", self.config.std_convention) == self.config.std_convention:
+        if saved.get("estimator", saved.get("std_convention", self.config.estimator)) == self.config.estimator:
             self.estimator.load_state_dict(state["conventions"])
         questions = dict(state["questions"])
         cfg = self.config

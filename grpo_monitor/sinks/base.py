@@ -21,16 +21,16 @@ PARAMS_PREFIX = "grpo_monitor/"
 def run_params(config: MonitorConfig) -> dict[str, str | int | float | bool | None]:
     """The monitor's configuration as flat run parameters, ``grpo_monitor/<field>`` (nested with slashes).
 
-    ``grpo_monitor/estimator`` is the declared advantage estimator (``std_convention``, which an
-    integration sets from the trainer's config); lists and mappings become JSON text.
+    ``grpo_monitor/estimator`` is the declared advantage estimator (which an integration sets from the
+    trainer's config), written once; lists and mappings become JSON text.
 
     >>> from grpo_monitor import MonitorConfig
-    >>> p = run_params(MonitorConfig(group_size=8, std_convention="bessel"))
+    >>> p = run_params(MonitorConfig(group_size=8, estimator="bessel"))
     >>> p["grpo_monitor/estimator"], p["grpo_monitor/group_size"], p["grpo_monitor/tolerances/zero_group_mean"]
     ('bessel', 8, 0.001)
     """
     out: dict[str, str | int | float | bool | None] = {
-        f"{PARAMS_PREFIX}version": _version(), f"{PARAMS_PREFIX}estimator": config.std_convention}
+        f"{PARAMS_PREFIX}version": _version()}
     _flatten(config.model_dump(mode="json"), PARAMS_PREFIX, out)
     return out
 

@@ -128,8 +128,8 @@ class WandbSink(ScheduledTables, Sink):
         row = history_row(report, self.step_key, self._scalars(report.metrics), self._histogram, self._table,
                           self._tables)
         self.run.log(row)
-        if report.convention is not None:
-            self.run.summary["grpo/convention"] = report.convention
+        if report.estimator is not None:  # grpo/convention: the 0.1 key (the catalogue's alias), kept
+            self.run.summary["grpo/estimator"] = self.run.summary["grpo/convention"] = report.estimator
         for v in report.violations:
             # One title per invariant, so W&B's per-title wait_duration rate-limits repeats.
             self.alert(f"grpo-monitor: '{v.invariant}' broken", v.message(), "ERROR" if report.failed else "WARN")

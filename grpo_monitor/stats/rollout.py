@@ -10,17 +10,28 @@ invariants are theirs (:func:`grpo_monitor.invariants.rollout.offending`); this 
 from __future__ import annotations
 
 import dataclasses
+from typing import Protocol
 
 import torch
 
-from ..config import Tolerances
 from ..invariants import GROUP_INVARIANTS
 from ..invariants.rollout import offending as group_offenders
-from .conventions import CONVENTIONS, stabilizer_range
 from .fields import FieldLayout
 from .groups import AdvantageFit, GroupRewardStats, advantage_fit, group_reward_stats
+from .scale_fit import CONVENTIONS, stabilizer_range
 from .segments import Segments, as_segments
 from .staleness import AGE_FIELDS
+
+
+class GroupTolerances(Protocol):
+    """The tolerances the group checks read (those of :class:`grpo_monitor.Tolerances`; not imported: the
+    config imports the statistics, not the reverse)."""
+
+    unscorable: float
+    zero_group_mean: float
+    affine_residual: float
+    degenerate_ratio: float
+
 
 _BASE_FIELDS = (
     ("rows", "sum"), ("scorable_rows", "sum"), ("groups", "sum"), ("scored_groups", "sum"),
@@ -57,7 +68,7 @@ def rollout_stats(
     gid: torch.Tensor | Segments,
     num_groups: int,
     advantages: torch.Tensor | None,
-    tol: Tolerances,
+    tol: GroupTolerances,
     group_size: int | None,
     lengths: torch.Tensor | None = None,
     truncated: torch.Tensor | None = None,

@@ -1,33 +1,19 @@
 """Calls that do not bind are the caller's error: an unknown keyword is named with the nearest valid one.
 
 The valid names come from each public method's signature (so a keyword added later is
-covered with no list to update); :data:`SYNONYMS` only ranks the suggestion.
+covered with no list to update); :data:`grpo_monitor.errors.SYNONYMS` only ranks the suggestion.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import unknown_keywords
 from .inputs import InputTypeError
-
-#: Names trainers use for the monitor's arguments (a hint only; the valid names come from each signature).
-SYNONYMS = {
-    "question_ids": ("prompt_ids", "prompt_id", "prompts", "prompt_index", "problem_ids", "questions", "qids"),
-    "group_ids": ("uid", "uids", "index", "group_index", "groups"),
-    "rewards": ("scores", "reward", "token_level_scores"),
-    "lengths": ("response_lengths", "completion_lengths", "seq_lens", "response_length"),
-    "mask": ("attention_mask", "response_mask", "completion_mask", "loss_mask", "action_mask"),
-    "logprobs": ("log_probs", "log_prob", "per_token_logps"),
-    "old_logprobs": ("old_log_probs", "old_log_prob", "old_per_token_logps"),
-    "ref_logprobs": ("ref_log_probs", "ref_log_prob", "ref_per_token_logps"),
-    "group_size": ("num_generations", "n_samples_per_prompt", "rollout_n", "n_samples", "num_samples"),
-}
-_SYNONYM_OF = {alias: name for name, aliases in SYNONYMS.items() for alias in aliases}
 
 
 def check_call(fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any]) -> None:
@@ -92,20 +78,6 @@ def checked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def unknown_keywords(call: str, unknown: Sequence[str], valid: Sequence[str], *, listed: bool = False
-                     ) -> InputTypeError:
-    """The error for keywords ``call`` does not take: each named with the nearest ``valid`` one (all of them
-    ``listed`` too, for a short signature).
-
-    >>> print(unknown_keywords("MonitorConfig", ["num_generations"], ["group_size", "history_cap"]))
-    MonitorConfig() got an unexpected keyword argument 'num_generations'; did you mean group_size?
-    """
-    hints = "; ".join(f"did you mean {nearest_name(k, valid)}?" for k in unknown)
-    names = f" (its arguments: {', '.join(valid)})" if listed else ""
-    return InputTypeError(f"{call}() got an unexpected keyword argument {', '.join(map(repr, unknown))}; {hints}"
-                          f"{names}")
-
-
 @dataclasses.dataclass(frozen=True)
 class _CallShape:
     """What a call must look like to bind to ``signature`` (a plain signature: no ``*args``/``**kwargs``)."""
@@ -135,15 +107,3 @@ def _shape(fn: Callable[..., Any]) -> _CallShape:
         sig, tuple(p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD),
         tuple(p.name for p in params if p.default is p.empty), frozenset(p.name for p in params), plain,
     )
-
-
-def nearest_name(wrong: str, valid: Sequence[str]) -> str:
-    """The valid name ``wrong`` most likely meant: a trainer's synonym of it, else the closest spelling.
-
-    >>> nearest_name("prompt_ids", ["rewards", "group_ids", "question_ids"]), nearest_name("advantage", ["advantages"])
-    ('question_ids', 'advantages')
-    """
-    alias = _SYNONYM_OF.get(wrong) or _SYNONYM_OF.get(wrong.lower())
-    if alias is not None and alias in valid:
-        return alias
-    return max(valid, key=lambda v: difflib.SequenceMatcher(None, wrong.lower(), v).ratio())

@@ -81,9 +81,9 @@ def batch_axis_note(judged: Judgement | None, config: MonitorConfig) -> str | No
     batch baseline: the wrong normalisation axis for GRPO, whose ``zero_group_mean`` breach it does not promise,
     so it would pass unseen); None when it uses them, or when an integration or the user declared it."""
     name = judged.name if judged is not None else None
-    if config.std_convention != "auto" or not ignores_groups(name):
+    if config.estimator != "auto" or not ignores_groups(name):
         return None
-    return (f"grpo-monitor: under std_convention='auto' the advantages fit {name}, which ignores the groups the "
+    return (f"grpo-monitor: under estimator='auto' the advantages fit {name}, which ignores the groups the "
             "rollout declares (baseline and scale over the whole batch: the wrong normalisation axis for GRPO, "
             "so group means of the advantages are not 0 and are not checked); if your trainer means to run "
             f"{name}, declare MonitorConfig(std_convention={name!r}) to silence this")

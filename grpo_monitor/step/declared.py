@@ -69,7 +69,7 @@ def _estimator_needs(config: Any) -> tuple[str, ...]:
     from ..estimators.judge import replay_needs
     from ..estimators.registry import get
 
-    return replay_needs(get(config.std_convention)) if config.std_convention != "auto" else ()
+    return replay_needs(get(config.estimator)) if config.estimator != "auto" else ()
 
 
 REQUIREMENTS: tuple[Requirement, ...] = (
@@ -81,7 +81,7 @@ REQUIREMENTS: tuple[Requirement, ...] = (
                 lambda c: f"loss_aggregation={c.loss_aggregation!r}" if c.loss_aggregation != "auto" else None,
                 "observe_loss", ("advantages",), given=("loss",)),
     Requirement("estimator_inputs", "estimator replay",
-                lambda c: f"std_convention={c.std_convention!r}" if _estimator_needs(c) else None,
+                lambda c: f"std_convention={c.estimator!r}" if _estimator_needs(c) else None,
                 "observe_rollout", _estimator_needs, given=("advantages",)),
 )
 

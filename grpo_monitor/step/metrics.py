@@ -121,11 +121,14 @@ def estimator_metrics(name: str | None, stabilizer: float | None) -> dict[str, f
     """The estimator in use as numbers: its stable id (``ESTIMATOR_IDS``; -2 a user-declared one, -1 none).
 
     >>> estimator_metrics("verl.grpo", 1e-6)
-    {'grpo/adv/convention_id': 9.0, 'grpo/adv/stabilizer': 1e-06}
+    {'grpo/adv/estimator_id': 9.0, 'grpo/adv/convention_id': 9.0, 'grpo/adv/stabilizer': 1e-06}
+
+    ``grpo/adv/convention_id`` is the id's 0.1 key (the catalog's alias), kept for the dashboards built on it.
     """
     from ..estimators.registry import id_of
 
-    out = {"grpo/adv/convention_id": float(id_of(name))}
+    number = float(id_of(name))
+    out = {"grpo/adv/estimator_id": number, "grpo/adv/convention_id": number}
     if stabilizer is not None:
         out["grpo/adv/stabilizer"] = stabilizer
     return out
@@ -177,7 +180,7 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
 
         metrics.update(token_metrics(list(tokens.values()), mismatch_mask))  # the dict keeps TOKEN_FIELDS order
     report = StepReport(step, metrics, list(violations), failed=failed)
-    report.convention = estimator.name if estimator is not None else None
+    report.estimator = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))
     if run is not None:
         metrics.update(run.metrics)

@@ -137,7 +137,7 @@ def summarize(flat: np.ndarray, config: Any, labels: Sequence[Hashable] | None,
     """Fit and check the aggregation on this rank's rows, derive missing weights, compute the metrics (over
     ``every_rank``'s rows when given: the same values on every rank)."""
     rows = WeightRows(flat)
-    tol = config.tolerances.loss_aggregation
+    tol = config.tolerances.loss_weight_rel
     declared, scope = agg.resolve(config.loss_aggregation, config.loss_scope) \
         if config.loss_aggregation != "auto" else (None, "auto")
     checked = rows.checked().any()

@@ -6,6 +6,10 @@ independent responses; ``K`` counts its successes. Every expectation below is a 
 sum over ``K`` with binomial probabilities. Probabilities and unnormalised sums are exact
 ``Fraction``s; only square roots (the standardized estimator) are floats.
 
+The estimators here are the article's gradient estimators (:data:`GradientEstimator`), a
+different thing from the advantage estimators of ``grpo_monitor.ESTIMATORS``; ``Estimator`` and
+``ESTIMATORS``, their names before 0.4, still work with a ``DeprecationWarning``.
+
 Probabilities are accepted as ``Fraction``, ``int``, ``str`` (``"0.1"``, ``"1/3"``) or
 ``float``; a float is read as its shortest decimal ``repr``, so ``0.1`` means ``1/10``.
 """
@@ -13,6 +17,7 @@ Probabilities are accepted as ``Fraction``, ``int``, ``str`` (``"0.1"``, ``"1/3"
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from fractions import Fraction
 from numbers import Integral, Real
@@ -21,15 +26,28 @@ from typing import Any, Literal, TypeVar
 import torch
 
 ProbabilityLike = Fraction | int | float | str
-Estimator = Literal["true", "reinforce", "centered", "leave_one_out", "standardized"]
+GradientEstimator = Literal["true", "reinforce", "centered", "leave_one_out", "standardized"]
 StdConvention = Literal["population", "bessel"]
 _Choice = TypeVar("_Choice", bound=str)
 
 #: Every estimator ``expected_gradient`` knows.
-ESTIMATORS: tuple[Estimator, ...] = ("true", "reinforce", "centered", "leave_one_out", "standardized")
+GRADIENT_ESTIMATORS: tuple[GradientEstimator, ...] = ("true", "reinforce", "centered", "leave_one_out", "standardized")
 #: Estimators that vanish on all-equal groups, so rejection sampling only rescales them.
-RETAINABLE_ESTIMATORS: tuple[Estimator, ...] = ("centered", "leave_one_out", "standardized")
+RETAINABLE_ESTIMATORS: tuple[GradientEstimator, ...] = ("centered", "leave_one_out", "standardized")
 STD_CONVENTIONS: tuple[StdConvention, ...] = ("population", "bessel")
+_RENAMED = {"Estimator": "GradientEstimator", "ESTIMATORS": "GRADIENT_ESTIMATORS"}
+_warned: set[str] = set()
+
+
+def __getattr__(name: str) -> Any:
+    """``Estimator`` and ``ESTIMATORS``, the names before 0.4: one ``DeprecationWarning`` each."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"grpo_monitor.tools.theory.{name} is deprecated: it is {_RENAMED[name]} (the gradient "
+                      "estimators, not grpo_monitor.ESTIMATORS)", DeprecationWarning, stacklevel=2)
+    return globals()[_RENAMED[name]]
 
 
 # ----------------------------------------------------------------------------- checks
@@ -163,7 +181,7 @@ def _expected_score_product(p: Fraction, G: int, sums: Iterable[tuple[Any, Any]]
 def expected_gradient(
     p: ProbabilityLike,
     G: int,
-    estimator: Estimator,
+    estimator: GradientEstimator,
     *,
     std: StdConvention = "population",
     eps: float = 0.0,
@@ -182,7 +200,7 @@ def expected_gradient(
     0.209492
     """
     p, G = _as_probability(p), _check_group_size(G)
-    estimator = _check_choice(estimator, "estimator", ESTIMATORS)
+    estimator = _check_choice(estimator, "estimator", GRADIENT_ESTIMATORS)
     std = _check_choice(std, "std", STD_CONVENTIONS)
     eps = _check_eps(eps)
     if estimator == "true":
@@ -235,7 +253,7 @@ def expected_gradient_of(advantage_fn: Callable[[torch.Tensor], Any], p: Probabi
 def retained_conditional_gradient(
     p: ProbabilityLike,
     G: int,
-    estimator: Estimator,
+    estimator: GradientEstimator,
     *,
     std: StdConvention = "population",
     eps: float = 0.0,

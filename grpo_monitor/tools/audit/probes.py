@@ -163,7 +163,7 @@ def run_probe(fn: AdvantageFn, probe: Probe, dtype: str, G: int, lengths: Length
         result.error, result.contract = _worded(exc), isinstance(exc, ContractError)
         return result, None
     report = monitor_report(rewards, adv, G, token_counts(lengths, rewards), components)
-    result.convention = report.convention
+    result.convention = report.estimator
     result.stabilizer = report.metrics.get("grpo/adv/stabilizer")
     for v in report.violations:
         rows = [g for g in v.groups if isinstance(g, int)][:1]

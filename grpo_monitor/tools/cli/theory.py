@@ -59,8 +59,8 @@ def _std_conventions() -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     """Print both tables; exit code 2 on invalid arguments."""
-    from .. import theory
     from ...strict_json import json_safe
+    from .. import theory
 
     ps = [item.strip() for item in args.p.split(",") if item.strip()]
     try:

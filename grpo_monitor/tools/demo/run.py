@@ -54,7 +54,7 @@ class DemoResult:
 def monitor_config(config: DemoConfig, out_dir: Path) -> MonitorConfig:
     """What the demo declares: its group size, the population std, on-policy first epoch; backpressure on sinks."""
     return MonitorConfig(
-        group_size=config.group_size, std_convention="population", expect_on_policy=True,
+        group_size=config.group_size, estimator="population", expect_on_policy=True,
         clip_range=(config.clip, config.clip), repro_dir=str(out_dir / "repro"), on_violation="raise",
         sink_when_full="block",  # nothing waits on the demo's sinks: a slow W&B slows the demo, loses nothing
     )

@@ -144,7 +144,7 @@ def _verdict(result: DemoResult) -> list[str]:
     G, ds = result.config.group_size, result.config.dynamic_sampling
     key = "generated_p" if ds else "trained_p"
     observed, expected, z = degenerate_check(observed_counts(result, ds), [r[key] for r in result.theory], G)
-    conventions = {r.convention for r in result.reports if r.convention}
+    conventions = {r.estimator for r in result.reports if r.estimator}
     stab = [r.metrics.get("grpo/adv/stabilizer") for r in result.reports if "grpo/adv/stabilizer" in r.metrics]
     n_viol = sum(len(r.violations) for r in result.reports)
     rate = _metric(result, "grpo/sampling/generated_degenerate_rate" if ds else "grpo/groups/degenerate_rate")

@@ -15,7 +15,7 @@ import numpy as np
 from .data import RunData
 from .facts import change, degenerate_check, peak, plural, sentences
 from .notes import advice, rollout_gaps
-from .plots import convention_index, group_size, question_std_matrix
+from .plots import estimator_index, group_size, question_std_matrix
 
 _RATE, _SMALL = "{:.1%}", "{:.2e}"
 
@@ -119,7 +119,7 @@ def convention(run: RunData) -> str:
         "The estimator the advantages fit at each step, the advantage scale it implies and the fitted "
         "stabilizer epsilon (1/k = std + epsilon)",
     ]
-    ids = convention_index(run)
+    ids = estimator_index(run)
     if ids is not None:
         names = ["fit your own estimator" if i == CUSTOM_ID else _BROKEN if i < 0 else f"fit {name_of(i) or i}"
                  for i in ids[np.isfinite(ids)]]

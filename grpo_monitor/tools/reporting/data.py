@@ -60,7 +60,7 @@ class RunData:
     metrics: dict[str, np.ndarray]
     histograms: dict[str, list[list[float] | None]]
     violations: list[ViolationMark]
-    conventions: list[str | None]
+    estimators: list[str | None]
     theory: dict[str, np.ndarray]
     failed_step: int | None
     meta: dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -96,7 +96,7 @@ class RunData:
         if "scanned" in self.meta:
             return "scan"
         for prefix in REGISTERED:
-            if (self.convention or "").startswith(prefix + ".") or any(k.split("/")[:2] == ["grpo", prefix]
+            if (self.estimator or "").startswith(prefix + ".") or any(k.split("/")[:2] == ["grpo", prefix]
                                                                        for k in self.metrics):
                 return prefix
         return "api"
@@ -114,9 +114,9 @@ class RunData:
         return config if isinstance(config, dict) else {}
 
     @property
-    def convention(self) -> str | None:
-        """The last convention the monitor reported."""
-        return next((c for c in reversed(self.conventions) if c), None)
+    def estimator(self) -> str | None:
+        """The last estimator the monitor reported."""
+        return next((c for c in reversed(self.estimators) if c), None)
 
 
 def find_log(run: str | os.PathLike) -> Path:
@@ -162,7 +162,7 @@ def load_run(run: str | os.PathLike) -> RunData:
     theory, theory_groups = _theory(log.parent / THEORY_NAME, steps)
     return RunData(
         path=log, steps=steps, metrics=metrics, histograms=histograms, violations=marks,
-        conventions=[records[s].get("convention") for s in steps], theory=theory,
+        estimators=[records[s].get("estimator", records[s].get("convention")) for s in steps], theory=theory,
         failed_step=failed[0] if failed else None, meta=_meta(log.parent / META_NAME), theory_groups=theory_groups,
         run=run_record, segments_note=_segments_note(lines),
         trainer_metrics=[{**row, "step": int(s) if row.get("of_step") is None else row["of_step"]}

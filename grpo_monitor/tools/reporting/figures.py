@@ -34,7 +34,7 @@ _DRAWN: tuple[FigureSpec, ...] = (
                ("grpo/adv/group_mean_abs_max", "grpo/adv/live_std_mean", "grpo/adv/degenerate_abs_max"),
                plots.draw_advantages, captions.advantages),
     FigureSpec("convention", "Estimator and stabilizer",
-               ("grpo/adv/convention_id", "grpo/adv/convention_scale", "grpo/adv/stabilizer"),
+               ("grpo/adv/estimator_id", "grpo/adv/convention_id", "grpo/adv/convention_scale", "grpo/adv/stabilizer"),
                plots.draw_convention, captions.convention),
     FigureSpec("overdispersion_stuck", "Overdispersion and stuck questions",
                ("grpo/groups/overdispersion", "grpo/sampling/stuck_questions"),

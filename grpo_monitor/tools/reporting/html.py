@@ -105,7 +105,7 @@ def summary_table(run: RunData) -> str:
     span = spans(len(run.steps))
     headers = _span_headers(run, span)
     width = len(headers)
-    rows = [f'<tr><th>estimator</th><td colspan={width}>{_esc(run.convention or "n/a")}</td></tr>']
+    rows = [f'<tr><th>estimator</th><td colspan={width}>{_esc(run.estimator or "n/a")}</td></tr>']
     for label, key, fmt in SUMMARY_METRICS:
         series = run.series(key)
         if series is not None and run.has(key):

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ...estimators.registry import CUSTOM_ID, ESTIMATORS, name_of
-from ...stats.conventions import CONVENTIONS
+from ...stats.scale_fit import CONVENTIONS
 from .data import RunData, declared_group_size
 from .plots_core import (
     BLUE,
@@ -230,13 +230,16 @@ def group_size(run: RunData) -> int | None:
     return declared_group_size(int(round(ratio[0])))
 
 
-def convention_index(run: RunData) -> np.ndarray | None:
-    """The estimator at each step as its stable id (``grpo/adv/convention_id``, ``ESTIMATOR_IDS``);
+def estimator_index(run: RunData) -> np.ndarray | None:
+    """The estimator at each step as its stable id (``grpo/adv/estimator_id``, in a 0.1 log
+    ``grpo/adv/convention_id``; ``ESTIMATOR_IDS``);
     -1 where none fits or the ``convention`` invariant broke (the log then names the declared one), -2 for
     a user-declared estimator; NaN where not logged."""
-    ids = run.series("grpo/adv/convention_id")
+    ids = run.series("grpo/adv/estimator_id")
     if ids is None or not np.isfinite(ids).any():
-        ids = np.array([ESTIMATORS[c].id if c in ESTIMATORS else np.nan for c in run.conventions], dtype=float)
+        ids = run.series("grpo/adv/convention_id")
+    if ids is None or not np.isfinite(ids).any():
+        ids = np.array([ESTIMATORS[c].id if c in ESTIMATORS else np.nan for c in run.estimators], dtype=float)
         if not np.isfinite(ids).any():
             return None
     broken = {m.step for m in run.violations if m.invariant == "convention"}
@@ -252,7 +255,7 @@ def _id_label(estimator_id: int) -> str:
 
 def draw_convention(run: RunData):
     """The estimator identified step by step, the advantage scale it implies, and the fitted stabilizer."""
-    ids = convention_index(run)
+    ids = estimator_index(run)
     if ids is None and not run.has("grpo/adv/stabilizer"):
         return None
     fig, axes = figure(3, height=2.1)

@@ -200,7 +200,8 @@ _FIELDS: dict[str, tuple[bool, Callable[[Any], Problem]]] = {
     "step": (True, _check_step),
     "metrics": (True, _check_metrics),
     "violations": (False, _check_violations),
-    "convention": (False, _check_type(str, "the estimator's name (a string) or null")),
+    "estimator": (False, _check_type(str, "the estimator's name (a string) or null")),
+    "convention": (False, _check_type(str, "the estimator's name (a string) or null")),  # estimator's 0.1 key
     "failed": (False, _check_type(bool, "true or false")),
     "histograms": (False, _check_histograms),
     "flagged_questions": (False, _check_type(list, "an array of question ids")),

@@ -91,7 +91,7 @@ class ScanResult:
 def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: str | None) -> Any:
     """The ``MonitorConfig`` of a scan: the options given, else what the run declared, policy ``warn``.
 
-    ``estimator`` maps to ``std_convention`` (its validation words a bad name): a registry name,
+    ``estimator`` is ``MonitorConfig.estimator`` (its validation words a bad name): a registry name,
     or ``MODULE:FUNCTION``, your own estimator (``rewards (B, G) -> advantages (B, G)``) declared under
     that name.
     """
@@ -102,16 +102,16 @@ def monitor_config(declared: dict[str, Any], group_size: int | None, estimator: 
     if size is not None:
         settings["group_size"] = size
     if estimator is not None:
-        settings["std_convention"] = _estimator(estimator)
-    elif "std_convention" in declared:
-        settings["std_convention"] = declared["std_convention"]
+        settings["estimator"] = _estimator(estimator)
+    elif "estimator" in declared:
+        settings["estimator"] = declared["estimator"]
         settings["stabilizer"] = declared.get("stabilizer")
     try:
         return MonitorConfig(**settings)
     except ValueError as exc:  # pydantic's ValidationError
         errors: list[dict[str, Any]] = getattr(exc, "errors", lambda: [])()
         what = "; ".join(f"{'.'.join(map(str, e.get('loc', ())))}: {e.get('msg')}" for e in errors) or str(exc)
-        option = "--estimator" if estimator is not None and "std_convention" in what else "--group-size"
+        option = "--estimator" if estimator is not None and "estimator" in what else "--group-size"
         raise ScanInputError(f"{option}: {what} (got group_size={size!r}, estimator={estimator!r})") from exc
 
 
@@ -308,9 +308,10 @@ def _gather_notes(result: ScanResult, read: list[str]) -> None:
 
 
 def _config_text(config: Any, declared: dict[str, Any], estimator: str | None) -> dict[str, Any]:
-    source = "option" if estimator is not None else "the run's config" if "std_convention" in declared else "default"
-    return {"group_size": config.group_size, "std_convention": config.std_convention,
-            "stabilizer": config.stabilizer, "convention_from": source}
+    """The scan's settings as its summary says them (``std_convention``: the estimator's 0.1 key, kept)."""
+    source = "option" if estimator is not None else "the run's config" if "estimator" in declared else "default"
+    return {"group_size": config.group_size, "estimator": config.estimator, "std_convention": config.estimator,
+            "stabilizer": config.stabilizer, "estimator_from": source}
 
 
 def _auto_prefetch(reader: Any) -> bool:

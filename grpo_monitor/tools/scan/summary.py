@@ -165,7 +165,7 @@ def format_summary(result: ScanResult, questions_shown: int = 5) -> str:
         f"({result.first_step}..{result.last_step}), {result.rows:,} rows, {result.groups:,} groups "
         f"in {result.seconds:.1f} s ({rate:,.0f} rows/s)",
         f"  monitor: group_size={result.config.get('group_size')}, estimator="
-        f"{result.config.get('std_convention')}{_source(result.config)}, advantages "
+        f"{result.config.get('estimator')}{_source(result.config)}, advantages "
         f"{'recorded' if result.advantages else 'not recorded'}",
     ]
     found, headers = trends(result.log)
@@ -185,7 +185,7 @@ def format_summary(result: ScanResult, questions_shown: int = 5) -> str:
 
 
 def _source(config: dict[str, Any]) -> str:
-    return " (from the run's config)" if config.get("convention_from") == "the run's config" else ""
+    return " (from the run's config)" if config.get("estimator_from") == "the run's config" else ""
 
 
 def _question_lines(result: ScanResult, shown: int) -> list[str]:

@@ -103,7 +103,7 @@ def _flat_keys(row: dict[str, Any], prefix: str = "") -> Iterator[str]:
 
 
 def declared_settings(config: dict[str, Any]) -> dict[str, Any]:
-    """``group_size``, ``std_convention`` and ``stabilizer`` a TRL run's config declares (those it holds)."""
+    """``group_size``, ``estimator`` and ``stabilizer`` a TRL run's config declares (those it holds)."""
     out: dict[str, Any] = {}
     if isinstance(config.get("num_generations"), int):
         out["group_size"] = config["num_generations"]
@@ -111,9 +111,9 @@ def declared_settings(config: dict[str, Any]) -> dict[str, Any]:
     flags: dict[Any, str] = {True: "group", False: "none"}  # older TRL: a bool
     scale = flags.get(scale, scale)
     if config.get("multi_objective_aggregation") == "normalize_then_sum":
-        out["std_convention"], out["stabilizer"] = "trl.normalize_then_sum", None
+        out["estimator"], out["stabilizer"] = "trl.normalize_then_sum", None
     elif scale in TRL_CONVENTIONS:
-        out["std_convention"], out["stabilizer"] = TRL_CONVENTIONS[scale], None
+        out["estimator"], out["stabilizer"] = TRL_CONVENTIONS[scale], None
     return out
 
 

@@ -1,4 +1,10 @@
-"""Configuration: one pydantic model, validated at construction."""
+"""Configuration: one pydantic model, validated at construction, its fields grouped in sections.
+
+The fields stay flat (``cfg.history_cap``; ``model_dump()`` is the flat form every saved state,
+repro file, tracker and ``GRPO_MONITOR_CONFIG`` holds) and read grouped too
+(``cfg.history.history_cap``, ``MonitorConfig(history={...})``): :mod:`.sections`. Older names
+(``std_convention``, two tolerances) keep working with one warning: :mod:`.aliases`.
+"""
 
 from __future__ import annotations
 
@@ -6,92 +12,52 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from .violations import INVARIANTS
+from ..errors import unknown_keywords
+from ..estimators.base import Estimator
+from ..estimators.custom import CUSTOM, custom
+from ..estimators.registry import known, unknown_estimator
+from ..stats.aggregations import known_names
+from ..violations import INVARIANTS
+from .aliases import CONFIG_ALIASES, renamed, warn_renamed
+from .sections import SECTIONS, Section, flatten_sections, grouped
+from .tolerances import Tolerances
+
+__all__ = ["SECTIONS", "MonitorConfig", "Policy", "Section", "Tolerances"]
 
 Policy = Literal["raise", "warn", "ignore"]
 
 
-class Tolerances(BaseModel):
-    """Relative tolerances of the invariants.
-
-    "Typical |advantage|" below is the median |advantage| over rows of groups with reward
-    variation in the batch, so the tolerances do not depend on the reward scale.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    zero_group_mean: float = Field(1e-3, gt=0, description="max |group mean of advantages| / typical |advantage|")
-    affine_residual: float = Field(
-        1e-3, gt=0, description="max over groups of the rms residual of a = k (r - mean) + b / typical |advantage|"
-    )
-    degenerate_ratio: float = Field(0.01, gt=0, description="max |advantage| in all-equal groups / typical |advantage|")
-    degenerate_error: float = Field(
-        0.25, gt=0, description="above this x a live group's advantage std, an all-equal group's residue is an "
-        "error even when float32 rounding explains it (below it, and explained: a warning)",
-    )
-    unscorable: float = Field(1e-6, gt=0, description="max |advantage| on NaN-reward rows / typical |advantage|")
-    convention: float = Field(2e-3, gt=0, description="spread of the fitted stabilizer / typical 1/k")
-    estimator_residual: float = Field(
-        1e-3, gt=0, description="max per-group rms residual of a replayed estimator / typical |advantage|",
-    )
-    max_stabilizer_ratio: float = Field(
-        0.05, ge=0, description="largest plausible stabilizer, as a fraction of the mean reward std of live groups "
-        "(a replayed estimator's fitted epsilon above it is not a fit; on the device it decides population "
-        "against Bessel when both fit, and otherwise a common epsilon across groups of different stds is "
-        "identified whatever its size)"
-    )
-    token_constant: float = Field(1e-4, gt=0, description="within-row spread of token advantages / typical |advantage|")
-    on_policy: float = Field(
-        1e-3, gt=0, description="max |logprobs - old_logprobs| (nats) in the declared bitwise mode (on_policy_bitwise)")
-    mismatch_k3: float = Field(
-        0.02, gt=0, description="largest mismatch KL k3 (nats per token) numerical noise gives between the sampler "
-        "and the trainer (docs/mismatch.md); above it the mismatch is a defect (error); also the on_policy rule",
-    )
-    mismatch_ratio_z: float = Field(
-        8.0, gt=0, description="largest |mean importance weight - 1| in standard errors noise gives; above it (and "
-        "above mismatch_ratio_bias) the sampler's log-probs are not those of the distribution it sampled from "
-        "(warning)",
-    )
-    mismatch_ratio_bias: float = Field(
-        0.02, gt=0, description="smallest |mean importance weight - 1| worth a warning: above what noise gives on "
-        "a few hundred tokens (docs/mismatch.md); below it a significant bias changes the weights by under 2%",
-    )
-    loss_aggregation: float = Field(
-        1e-5, gt=0, description="max relative deviation of a row's measured token weight from the declared "
-        "aggregation's, at least 16 epsilons of the weights' dtype (docs/loss_weights.md: float32 noise 9e-8)",
-    )
-
-
 def _known(name: str) -> bool:
-    from .estimators.registry import known
-
     return name == "auto" or known(name)
 
 
 class MonitorConfig(BaseModel):
     """What the monitor expects of the run, and what it does on a breach.
 
-    >>> MonitorConfig(group_size=8, std_convention="population").group_size
+    >>> MonitorConfig(group_size=8, estimator="population").group_size
     8
 
-    ``estimator=`` is the same setting as ``std_convention=`` (the estimator is the advantage
-    function; ``std_convention`` is its name since 0.1 and stays a documented alias):
+    ``estimator`` names the advantage function; ``std_convention``, its 0.1 name, still works
+    (constructor keyword and attribute) with one ``DeprecationWarning``. Each field belongs to one
+    section (:data:`SECTIONS`), read as ``cfg.<section>.<field>`` or given as ``<section>={...}``:
 
-    >>> MonitorConfig(estimator="verl.grpo").estimator
+    >>> MonitorConfig(advantages={"estimator": "verl.grpo"}).advantages.estimator
     'verl.grpo'
     """
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
     group_size: int | None = Field(None, ge=2, description="responses per prompt, when fixed")
-    std_convention: str = Field(
+    estimator: str = Field(
         "auto", description="the advantage estimator the trainer uses: a name of grpo_monitor.ESTIMATORS "
         "(population, bessel, none, leave_one_out, batch, trl.group, verl.grpo, nemo_rl.grpo, ...), 'auto', "
         "or your own: a function rewards (B, G) -> advantages (B, G) (declared with "
         "grpo_monitor.estimators.custom, kept here by its name) or the name it was declared under",
     )
     stabilizer: float | None = Field(None, ge=0, description="the declared epsilon added to the std; None: inferred")
-    on_violation: Policy = "raise"
+    on_violation: Policy = Field(
+        "raise", description="what a breach does: 'raise' InvariantViolation before the optimizer uses the batch, "
+        "'warn', or 'ignore' (counted in grpo/invariants/* only)")
     policies: dict[str, Policy] = Field(default_factory=dict, description="per-invariant policy overrides")
     tolerances: Tolerances = Field(default_factory=Tolerances)
     outcome_rewards: bool = Field(True, description="one reward per response: token advantages constant per row")
@@ -119,7 +85,9 @@ class MonitorConfig(BaseModel):
         (0.2, 0.2), description="PPO clip (low, high): ratio outside [1-low, 1+high]"
     )
     kl_clamp: tuple[float, float] | None = Field((-10.0, 10.0), description="bounds the trainer clamps its KL to")
-    rollout_scope: Literal["local", "global"] = "local"
+    rollout_scope: Literal["local", "global"] = Field(
+        "local", description="'local': each rank observes its own share of the rollout (summed across ranks); "
+        "'global': every rank holds the whole gathered rollout (counted once)")
     defer_checks: bool = Field(
         False, description="check rollouts at end_step (one host sync per step) instead of at once"
     )
@@ -174,37 +142,41 @@ class MonitorConfig(BaseModel):
 
     def __init__(self, **data: Any) -> None:
         # a misspelt field or estimator is one line naming the closest names, not pydantic's report of every name
-        unknown = [key for key in data if key not in type(self).model_fields and key != "estimator"]
+        names = [*type(self).model_fields, *CONFIG_ALIASES, *SECTIONS]
+        unknown = [key for key in data if key not in names]
         if unknown:
-            from .step.calls import unknown_keywords
-
-            raise unknown_keywords("MonitorConfig", unknown, [*type(self).model_fields, "estimator"])
-        for argument in ("estimator", "std_convention"):
-            name = data.get(argument)
+            raise unknown_keywords("MonitorConfig", unknown, [*type(self).model_fields])
+        section = data.get("advantages")
+        for argument, name in (("estimator", data.get("estimator")), ("std_convention", data.get("std_convention")),
+                               ("advantages", section.get("estimator") if isinstance(section, dict) else None)):
             if isinstance(name, str) and not _known(name):
-                from .estimators.registry import unknown_estimator
-
                 raise unknown_estimator(name, f"MonitorConfig({argument}=)")
         super().__init__(**data)
 
     @model_validator(mode="before")
     @classmethod
-    def _estimator_alias(cls, data: Any) -> Any:
-        """``estimator=`` sets ``std_convention``; both, and different, is an error naming both."""
-        if not isinstance(data, dict) or "estimator" not in data:
+    def _flat_current_names(cls, data: Any) -> Any:
+        """Sections spread into flat fields; ``std_convention=`` sets ``estimator`` (one warning)."""
+        if not isinstance(data, dict):
             return data
-        data = dict(data)
-        name = data.pop("estimator")
-        if "std_convention" in data and data["std_convention"] != name:
-            raise ValueError(f"estimator={name!r} and std_convention={data['std_convention']!r} name two "
-                             "estimators; they are one setting (std_convention is its older name): pass one")
-        data["std_convention"] = name
-        return data
+        return renamed("MonitorConfig", flatten_sections(data), CONFIG_ALIASES)
 
     @property
-    def estimator(self) -> str:
-        """The advantage estimator the trainer uses (``std_convention`` under its older name)."""
-        return self.std_convention
+    def std_convention(self) -> str:
+        """Deprecated: :attr:`estimator` under its 0.1 name."""
+        warn_renamed("MonitorConfig", "std_convention", "estimator")
+        return self.estimator
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.<section>``: a read-only view of that section's fields (:class:`Section`)."""
+        if name in SECTIONS:
+            return Section(name, {f: getattr(self, f) for f in SECTIONS[name]})
+        return super().__getattr__(name)  # type: ignore[misc]
+
+    def grouped(self, mode: Literal["python", "json"] = "python") -> dict[str, dict[str, Any]]:
+        """The fields nested by section (``MonitorConfig(**cfg.grouped())`` is ``cfg`` again); sections:
+        advantages, checks, loss, sampler, history, health, delivery, tolerances."""
+        return grouped(self.model_dump(mode=mode))
 
     @field_validator("policies")
     @classmethod
@@ -214,13 +186,10 @@ class MonitorConfig(BaseModel):
             raise ValueError(f"unknown invariant(s) {unknown}; expected names from {sorted(INVARIANTS)}")
         return value
 
-    @field_validator("std_convention", mode="before")
+    @field_validator("estimator", mode="before")
     @classmethod
     def _estimator_name(cls, value: Any) -> Any:
         """A function or an Estimator record becomes its name (a function is declared with ``custom``)."""
-        from .estimators.base import Estimator
-        from .estimators.custom import CUSTOM, custom
-
         if isinstance(value, Estimator):
             if value.name not in CUSTOM and value.id is not None and value.id < 0:
                 CUSTOM[value.name] = value
@@ -229,20 +198,16 @@ class MonitorConfig(BaseModel):
             return custom(value).name
         return value
 
-    @field_validator("std_convention")
+    @field_validator("estimator")
     @classmethod
     def _known_estimator(cls, value: str) -> str:
         if not _known(value):
-            from .estimators.registry import unknown_estimator
-
-            raise unknown_estimator(value, "std_convention")
+            raise unknown_estimator(value, "estimator")
         return value
 
     @field_validator("loss_aggregation")
     @classmethod
     def _known_aggregation(cls, value: str) -> str:
-        from .stats.aggregations import known_names
-
         if value not in known_names():
             raise ValueError(f"unknown loss aggregation {value!r}; expected one of {known_names()}")
         return value
@@ -250,7 +215,7 @@ class MonitorConfig(BaseModel):
     @field_validator("halt_on", mode="before")
     @classmethod
     def _known_findings(cls, value: Any) -> Any:
-        from .catalog.findings import FINDINGS, SEVERITIES
+        from ..catalog.findings import FINDINGS, SEVERITIES
 
         names = (value,) if isinstance(value, str) else value
         unknown = sorted(str(v) for v in names if v not in FINDINGS and v not in SEVERITIES)
