@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from grpo_monitor.tools import theory
 from grpo_monitor.run.questions import conditional_overdispersion, filtered_flags
+from grpo_monitor.tools import theory
 
 
 @dataclasses.dataclass

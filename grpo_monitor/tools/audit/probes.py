@@ -20,11 +20,11 @@ from typing import Any
 
 import torch
 
-from .. import theory
 from ...config import MonitorConfig
 from ...invariants import probes as probe_invariants
 from ...invariants.probes import relative as relative
 from ...monitor import GRPOMonitor
+from .. import theory
 
 AdvantageFn = Callable[..., Any]
 #: ``rewards (B, G) -> token counts (B, G)``: the audit's ``--lengths``.

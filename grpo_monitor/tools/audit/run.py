@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .. import theory
 from ...config import Tolerances
 from ...estimators import get
 from ...invariants.probes import PERMUTATION
 from ...strict_json import json_safe
+from .. import theory
 from . import precision, probes, registry
 from .causes import CAUSES, apply_causes, expectation_cause, structural_causes
 from .probes import DTYPES, UNIT_SCALE, AdvantageFn, Match, Probe, ProbeResult
