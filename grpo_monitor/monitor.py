@@ -198,8 +198,9 @@ class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = inputs.step_arg(step, self.step)
-        synced = self._sync(final=True)
-        return self._finish(synced, self._evaluate(synced, final=True))
+        synced = self._sync(final=True)  # 1. sync
+        verdict = self._evaluate(synced, final=True)  # 2. evaluate: pure, data only
+        return self._finish(synced, verdict)  # 3. apply, 4. emit (a breach or a stall raises after the emit)
 
     def _check_now(self) -> None:
         """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
