@@ -1,21 +1,26 @@
 """GRPOMonitor: the one stateful object. It accumulates, syncs once, checks, reports.
 
-A step, top to bottom (``end_step``):
+A step, top to bottom (``end_step``), each stage named in the code:
 
-1. ``synced = sync_step(...)``: the one collective and host copy (:mod:`grpo_monitor.step.sync`);
-2. ``found = self._check(synced)``: the invariants, pure functions of it and the estimator lock (:mod:`.step.checks`);
-3. ``run = self._run.update(...)``: the stateful updates, once (history, ledger totals);
-4. ``report = assemble_report(...)``: pure; every metric of the step, breach or not;
-5. the sinks get the report; a breach under the ``"raise"`` policy raises after that.
+1. **sync**: ``synced = self._sync(final=True)``, the one collective and host copy (:mod:`grpo_monitor.step.sync`);
+2. **evaluate**: ``verdict = self._evaluate(synced)``, pure: the violations, the estimator judgement, the narrowed
+   estimator lock, the notes to say once and the loss-weight metrics, as data (:mod:`.step.evaluate`);
+3. **apply**: ``report = self._apply(verdict, synced)``, the one place run state changes: the estimator lock
+   narrows, the step's findings are kept and counted, the said-once sets grow, then (at the step's end) the history
+   and ledger totals update, the report is assembled (:func:`.step.metrics.assemble_report`), the trainer audit and
+   the run-health tracker fold it in;
+4. **emit**: the sinks get the report and the next step starts empty; a breach under ``"raise"`` (or a stall
+   ``halt_on`` names) closes the monitor and raises after that.
 
-With ``defer_checks=False`` (the default) ``observe_rollout`` runs steps 1-2 on its own rollout at once, so a broken
-batch never reaches the optimizer; on a breach it finishes the step there (3-5, with a local sync of the rest).
+With ``defer_checks=False`` (the default) ``observe_rollout`` syncs and evaluates its own rollout at once, so a broken
+batch never reaches the optimizer: a breach to raise finishes the step there (apply and emit, with a local sync of the
+rest); otherwise its findings are applied and the step goes on. The accumulator (:mod:`.step.accumulator`) holds the
+step's inputs only, :class:`~.step.evaluate.StepFindings` what its checks found. The lifecycle (close, reopen, the
+with-block, saved state) is :class:`~.run.lifecycle.Lifecycle`; fail-open, :mod:`.step.guard` (through its ``Gate``).
 """
 
 from __future__ import annotations
 
-import threading
-import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,18 +28,19 @@ from .config import MonitorConfig
 from .errors import RunStalled
 from .health.live import LiveHealth
 from .report import StepReport
+from .run.breach import with_repro
+from .run.lifecycle import Lifecycle
 from .run.record import integration_arg, run_record
-from .run.saved import check_config, validate_state
 from .run.state import RunState
 from .sinks.base import Sink, run_params
 from .sinks.dispatch import SinkSet
 from .stats.fields import FieldLayout
-from .step import declared, inputs, observe, policy
+from .step import inputs, observe, policy
 from .step.accumulator import ROLLOUT, Accumulator
 from .step.calls import checked
-from .step.checks import batch_axis_note, check_rollout, token_violations
 from .step.distributed import rank_and_world
-from .step.guard import Faults, NotCopyable, fail_open, guarded_part, locked
+from .step.evaluate import StepFindings, Verdict, evaluate, narrowed
+from .step.guard import Gate, NotCopyable, fail_open, guarded_part, locked
 from .step.metrics import assemble_report, violation_metrics
 from .step.sync import SyncedStep, sync_step
 from .step.trainer_audit import AuditsTrainerMetrics, TrainerAudit
@@ -42,7 +48,7 @@ from .step.weights import LossWeights
 from .violations import InvariantViolation, Violation
 
 
-class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
+class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
     """Watches a GRPO run: call ``observe_rollout`` / ``observe_loss`` during a step, then ``end_step``.
 
     >>> import torch
@@ -64,13 +70,12 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         self.sinks = SinkSet(sinks, is_main_process=_is_rank_zero, queue_size=cfg.sink_queue_size,
                              stall_timeout=cfg.sink_stall_timeout, flush_timeout=cfg.sink_flush_timeout,
                              when_full=cfg.sink_when_full)
-        self.step, self.closed = 0, False
-        self._closed_by: str | None = None  # why: shown by a call on the closed monitor
-        self._lock = threading.RLock()  # one lock for every public call (see guard.py)
-        self._run = RunState(cfg)  # what crosses steps (run_state.py)
+        self.step = 0
+        self.gate = Gate(GRPOMonitor._fault, GRPOMonitor._skip)  # the lock, closed or not, own faults (guard.py)
+        self._run = RunState(cfg)  # what crosses steps (run/state.py)
         self._health = LiveHealth(cfg, gpus=self.world)  # run-health findings (health/)
-        self._guard = Faults()  # the monitor's own faults: parts switched off, streaks (guard.py)
-        self._acc = Accumulator()  # this step, on the device (accumulator.py)
+        self._acc = Accumulator()  # this step's inputs, on the device (accumulator.py)
+        self._found = StepFindings()  # what this step's checks found so far (evaluate.py)
         self._token_layout: FieldLayout | None = None
         self._extra: dict[str, float] = {}  # add_metrics() of the current step; _audit: audit_trainer_metrics()
         self._weights, self._audit = LossWeights(), TrainerAudit()  # the loss's token weights; the step's audit
@@ -159,6 +164,11 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         self._health.declare(self.config, self._integration[0])
         self._run_record_due = True
 
+    @property
+    def integration(self) -> str | None:
+        """The integration ``declare_integration`` named (None: the monitor's own calls so far)."""
+        return self._integration[0] if self._integration is not None else None
+
     def run_record(self) -> dict[str, Any]:
         """The integration and its settings (``"api"``: the monitor's own calls) and the config."""
         return run_record(self._integration, self.config.model_dump(mode="json"))
@@ -186,60 +196,51 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     def end_step(self, step: int | None = None) -> StepReport:
         """Sync once, check every invariant, hand the report to the sinks and return it."""
         self.step = inputs.step_arg(step, self.step)
-        synced = self._sync(final=True)
-        unmet = declared.unmet(self.config, self._acc.calls, said=self._run.said_declared, step=self.step)
-        return self._finish(synced, self._check(synced) + unmet)
+        synced = self._sync(final=True)  # 1. sync
+        verdict = self._evaluate(synced, final=True)  # 2. evaluate: pure, data only
+        return self._finish(synced, verdict)  # 3. apply, 4. emit (a breach or a stall raises after the emit)
+
+    def _check_now(self) -> None:
+        """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
+        verdict = self._evaluate(self._sync(final=False))
+        if any(self._raises(v) for v in verdict.found):
+            self._finish(self._sync(final=True, collective=False), verdict)
+        self._apply(verdict)
 
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
-        """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""
+        """Stage 1 (:func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots); the
+        synced rollouts count as checked from here (their evaluation follows at once)."""
         if final and self._token_layout is None and rank_and_world()[1] > 1:
             from .stats.tokens import TOKEN_FIELDS
 
             self._token_layout = FieldLayout(TOKEN_FIELDS)
-        return sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
-                         final=final, collective=collective, weights=self._weights.flat() if final else None)
-
-    def _check_now(self) -> None:
-        """The eager check of ``observe_rollout``: a breach to raise finishes (and closes) the step here."""
-        found = self._check(self._sync(final=False))
-        if any(self._raises(v) for v in found):
-            self._finish(self._sync(final=True, collective=False), found)
-        self._record(found)
-
-    def _check(self, synced: SyncedStep) -> list[Violation]:
-        """The invariants of what ``synced`` holds (:mod:`~grpo_monitor.step.checks` decides what counts).
-
-        The checks are pure and return data; applied here: the run's estimator lock narrows (``RunState.estimator``),
-        the judgement is kept for the report, the checked slice marked.
-        """
-        found: list[Violation] = []
-        if synced.has_rollout:
-            rollout = synced.rollout
-            assert rollout is not None, "synced.has_rollout"
-            checked = check_rollout(rollout, synced.records, self._run.estimator, self.config, self.step)
-            found, self._run.estimator = checked.found, checked.lock  # the lock narrows here, once
-            if checked.judged is not None:
-                self._acc.estimator = checked.judged
-            policy.say_once(batch_axis_note(checked.judged, self.config), self._run.said_declared)
+        synced = sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
+                           final=final, collective=collective, weights=self._weights.flat() if final else None)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))
-        if synced.tokens is not None:
-            found += token_violations(synced.tokens, self.config, self.step, self._acc.mismatch_batches,
-                                      self._acc.observed_lag())
-        if synced.weights is not None:
-            found += guarded_part(self, "weights", self._weights.check, synced.weights, synced.all_weights,
-                                  self.config, self.step) or []
-        return found
+        return synced
 
-    def _finish(self, synced: SyncedStep, found: list[Violation]) -> StepReport:
-        """Record the findings, update the run state once, assemble and emit the report; raise a breach."""
-        found = policy.with_repro(found, self.config, self.step, self._acc, self._run.estimator.state_dict)
-        self._record(found)
-        raising = [v for v in found if self._raises(v)]
-        report = self._report(synced, failed=bool(raising))
+    def _evaluate(self, synced: SyncedStep, final: bool = False) -> Verdict:
+        """Stage 2, pure (:func:`grpo_monitor.step.evaluate.evaluate`); a fault of the loss-weight check only switches
+        that part off (``guarded_part``)."""
+        def weights(s: SyncedStep) -> Any:
+            return guarded_part(self, "weights", self._weights.check, s.weights, s.all_weights, self.config, self.step)
+
+        return evaluate(synced, self._acc, self._run.estimator, self._run.said_declared, self.config, self.step,
+                        final=final, weights=weights)
+
+    def _finish(self, synced: SyncedStep, verdict: Verdict) -> StepReport:
+        """Stages 3-4 of a step's end: breaches to raise get their repro file, the verdict is applied (the report
+        assembled), the sinks get the report; a breach or a halting finding closes the monitor and raises."""
+        lock = narrowed(verdict, self._run.estimator)
+        verdict = verdict.with_found(with_repro(verdict.found, self.config, self.step, self._acc, lock.state_dict))
+        raising = [v for v in verdict.found if self._raises(v)]
+        report = self._apply(verdict, synced, failed=bool(raising))
+        assert report is not None, "a final sync is applied into a report"
         halting = () if raising else self._health.halting(report)
         if raising or halting:
             why = "invariant breach" if raising else "stall"
-            report.failed, self.closed, self._closed_by = True, True, f"the {why} at step {self.step} closed it"
+            report.failed = True
+            self.gate.closed_by = f"the {why} at step {self.step} closed it"
         self._emit(report)
         if raising or halting:
             self.sinks.finish(failed=True)
@@ -250,46 +251,62 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         """An error-severity breach under the ``"raise"`` policy (:func:`~grpo_monitor.step.policy.raises`)."""
         return policy.raises(v, self.config)
 
+    # ------------------------------------------------------------------- apply
+    def _apply(self, verdict: Verdict, synced: SyncedStep | None = None, failed: bool = False) -> StepReport | None:
+        """Stage 3, the one place run state changes: the estimator lock narrows, the notes are said once, the
+        findings are kept and counted (warned per the policy). With ``synced`` (a final sync), the step's report:
+        the history and ledger totals update, the trainer audit and the run health fold the report in."""
+        self._run.estimator = narrowed(verdict, self._run.estimator)  # the lock narrows here, once
+        if verdict.judged is not None:
+            self._found.estimator = verdict.judged
+        for note in verdict.notes:
+            policy.say_once(note, self._run.said_declared)
+        self._run.said_declared.update(verdict.declared)
+        self._record(verdict.found)
+        return None if synced is None else self._report(synced, verdict, failed)
+
     def _record(self, found: list[Violation]) -> None:
         """Keep the step's violations, count them, warn per the policy (:func:`.step.policy.warn_found`)."""
-        self._acc.violations.extend(found)
+        self._found.violations.extend(found)
         self._run.count(found)
         policy.warn_found(found, self._run.counts, self.config)
 
-    # ------------------------------------------------------------------ report
-    def _report(self, synced: SyncedStep, failed: bool) -> StepReport:
-        """Steps 3-4: the run state's update, the assembled report and its run health. Neither is checking: a
-        fault here is logged (traceback once) and counted, and the report keeps the step's violations."""
-        acc = self._acc
+    def _report(self, synced: SyncedStep, verdict: Verdict, failed: bool) -> StepReport:
+        """The run state's update, the assembled report and its run health. Neither is checking: a fault here is
+        logged (traceback once) and counted, and the report keeps the step's violations."""
+        acc, found = self._acc, self._found
         rollout = ROLLOUT.to_dict(acc.rollout_checked.tolist()) if acc.rollout_checked is not None else None
         try:
             run = self._run.update(self.step, rollout, synced.ledger, synced.groups)
-            report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, acc.estimator,
-                                     acc.violations, run, failed, self.config.mismatch_mask)
+            report = assemble_report(self.step, rollout, synced.ledger, synced.tokens, synced.groups, found.estimator,
+                                     found.violations, run, failed, self.config.mismatch_mask)
         except Exception:
             if self.config.strict:
                 raise
-            self._guard.report_fault(self.step)
-            report = StepReport(self.step, violation_metrics(acc.violations), list(acc.violations), failed=failed)
-        report.metrics.update(self._weights.metrics)
-        report.histograms.update(self._weights.histograms)
+            self.gate.faults.report_fault(self.step)
+            report = StepReport(self.step, violation_metrics(found.violations), list(found.violations), failed=failed)
+        if verdict.weights is not None:
+            report.metrics.update(verdict.weights.metrics)
+            report.histograms.update(verdict.weights.histograms)
         report.metrics.update({k: v for k, v in self._extra.items() if k not in report.metrics})
-        report.metrics.update(self._guard.health(self.sinks.dropped()))
-        self._record(guarded_part(self, "trainer_metrics", self._audit.apply, report, acc.violations) or [])
+        report.metrics.update(self.gate.faults.health(self.sinks.dropped()))
+        self._record(guarded_part(self, "trainer_metrics", self._audit.apply, report, found.violations) or [])
         if self._run_record_due:
             report.run, self._run_record_due = self.run_record(), False
-        if "health" not in self._guard.disabled or self._guard.retry("health", self.step):
+        if "health" not in self.gate.faults.disabled or self.gate.faults.retry("health", self.step):
             guarded_part(self, "health", self._health.evaluate, report, self._run.questions.history)
         return report
 
+    # -------------------------------------------------------------------- emit
     def _emit(self, report: StepReport) -> None:
-        """Hand ``report`` to the sinks (a finding's onset or clearing also as an alert); the next step starts empty."""
+        """Stage 4: hand ``report`` to the sinks (a finding's onset or clearing also as an alert); the next step
+        starts empty."""
         self.sinks.emit(report, config=lambda: run_params(self.config))
         LiveHealth.alert(report, self.sinks)
         self._steps_ended += 1
-        self._guard.retried.clear()
+        self.gate.faults.retried.clear()
         self.step = report.step + 1
-        self._acc = Accumulator()
+        self._acc, self._found = Accumulator(), StepFindings()
         self._extra, self._audit = {}, TrainerAudit()
         self._weights.end_step()
 
@@ -297,97 +314,38 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     @property
     def disabled_parts(self) -> frozenset[str]:
         """Parts an internal fault switched off ("rollout", "generation", "loss", "end_step", "<name> integration")."""
-        return frozenset(self._guard.disabled)
+        return frozenset(self.gate.faults.disabled)
 
     def _fault(self, part: str) -> None:
-        """Log an internal fault of ``part`` and drop what it gathered this step (so the step end does not trip
-        on it); announce it once when it is off for the run."""
-        if self._guard.record(part, self.step):
-            self._guard.announce(part, self.step, self.sinks)
+        """``Gate.on_fault``: log an internal fault of ``part`` and drop what it gathered this step (so the step end
+        does not trip on it); announce it once when it is off for the run."""
+        if self.gate.faults.record(part, self.step):
+            self.gate.faults.announce(part, self.step, self.sinks)
         self._acc.drop(part)
+        if part == "rollout":
+            self._found.estimator = None
         if part in ("loss", "weights"):
             self._weights.end_step()
 
     def _skip(self, part: str, *args: Any, **kwargs: Any) -> StepReport | None:
-        """What a disabled part does: nothing, except ``end_step``, which still closes the step."""
+        """``Gate.on_skip``: what a disabled part does: nothing, except ``end_step``, which still closes the step."""
         if part != "end_step":
             return None
         report = StepReport(inputs.step_arg(args[0] if args else kwargs.get("step"), self.step), {})
-        report.metrics.update(self._guard.health(self.sinks.dropped()))
+        report.metrics.update(self.gate.faults.health(self.sinks.dropped()))
         self._emit(report)
         return report
 
-    # --------------------------------------------------------------- lifecycle
-    def close(self) -> None:
-        """Finish every sink (flushing what they still queue). A second ``close()`` does nothing. After it, every
-        observe/``end_step``/``add_metrics`` call raises ``MonitorClosedError`` naming the call; ``state_dict()``
-        still works."""
-        with self._lock:
-            if not self.closed and self._unfinished():
-                self._end_unfinished()
-            self._close(failed=False)
 
-    def _unfinished(self) -> bool:
-        """Whether the current step holds observed data that no ``end_step`` has reported yet."""
-        return self._acc.observed() or bool(self._extra)
+def add_recorded(monitor: GRPOMonitor, metrics: dict[str, float]) -> None:
+    """The seam of ``grpo-monitor scan`` (:mod:`grpo_monitor.tools.scan.logged`): a trainer's recorded values of the
+    monitor's own keys, merged into the current step's report (the monitor's own values first)."""
+    monitor._add_recorded(metrics)
 
-    def _end_unfinished(self) -> None:
-        """``close()`` with data observed since the last ``end_step``: end that step (a breach still raises)."""
-        warnings.warn(policy.unfinished_text(self.step, self._steps_ended), RuntimeWarning, stacklevel=3)
-        self.end_step()
 
-    def _close(self, failed: bool) -> None:
-        if self.closed:
-            return
-        self.closed, self._closed_by = True, "close() was called"
-        self.sinks.finish(failed=failed)
-
-    def reopen(self) -> None:
-        """Start a new segment after ``close()`` with the same sinks (they reopen their backends on first use: JSONL
-        appends, W&B opens or attaches a run). The HF integration calls it when ``train()`` starts again."""
-        with self._lock:
-            self.closed, self._closed_by = False, None
-            self._run_record_due = True
-
-    def __enter__(self) -> GRPOMonitor:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        with self._lock:
-            if exc_type is None:
-                self.close()
-                return
-            if not self.closed and self._unfinished():
-                warnings.warn(f"grpo-monitor: step {self.step} was observed but not ended when the with-block "
-                              f"raised {exc_type.__name__}; its data is not reported", RuntimeWarning, stacklevel=2)
-            self._close(failed=True)
-
-    @property
-    def tracked_questions(self) -> int:  # at most config.history_cap
-        """Questions the per-question history holds now."""
-        return len(self._run.questions.history)
-
-    @property
-    def violation_counts(self) -> dict[str, int]:
-        """How many times each invariant broke so far."""
-        return dict(self._run.counts)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Step counter, estimator lock, per-question history, ledger totals, violation counts and run health, as
-        plain Python values (numpy/torch question ids converted): ``json.dumps`` and ``torch.load`` take it."""
-        with self._lock:
-            return {"step": self.step, **self._run.state_dict(), "health": self._health.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any], *, allow_config_change: bool = False) -> None:
-        """Restore :meth:`state_dict`; the next ``end_step`` continues as the saved run would. All or nothing: the
-        state is validated first (:func:`~grpo_monitor.run.saved.validate_state`); a state of another declared group
-        size or estimator is refused unless ``allow_config_change``."""
-        with self._lock:
-            saved = validate_state(state)
-            check_config(saved, self.config, allow_config_change)
-            run, health = RunState(self.config), self._health.restored(saved.health)
-            run.load_state_dict(saved.model_dump())
-            self._run, self._health, self.step = run, health, saved.step
+def load_estimator_lock(monitor: GRPOMonitor, state: dict[str, Any]) -> None:
+    """The seam of :func:`grpo_monitor.repro.replay.replay`: the estimator lock a saved breach's run had reached."""
+    monitor._run.estimator.load_state_dict(state)
 
 
 def _is_rank_zero() -> bool:

@@ -106,11 +106,11 @@ def capture_reports(monitor: GRPOMonitor) -> Iterator[list[StepReport]]:
     [(0, ['finite'])]
     """
     sink = RecordingSink(main_process_only=False)
-    with monitor._lock:
+    with monitor.gate.lock:
         monitor.sinks.sinks.append(sink)
     try:
         yield sink.reports
     finally:
-        with monitor._lock:
+        with monitor.gate.lock:
             monitor.sinks.sinks.remove(sink)
             monitor.sinks.health.pop(id(sink), None)

@@ -36,15 +36,15 @@ class FailOpen:
         self.monitor = monitor
         self.name = name
         self.part = integration_part(name)
-        if monitor._integration is None or monitor._integration[0] != name:
+        if monitor.integration != name:
             monitor.declare_integration(name)
 
     @property
     def disabled(self) -> bool:
         """Whether a fault switched the integration off (it then does nothing); a fault on an
         earlier step is retried here, on the first call of a later step."""
-        guard = self.monitor._guard
-        return self.part in guard.disabled and not guard.retry(self.part, self.monitor.step)
+        faults = self.monitor.gate.faults
+        return self.part in faults.disabled and not faults.retry(self.part, self.monitor.step)
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.disabled:
@@ -56,16 +56,16 @@ class FailOpen:
         except Exception:
             if self.monitor.config.strict:
                 raise
-            self._fault()
+            self.fault()
             return None
 
-    def _fault(self) -> None:
+    def fault(self) -> None:
         """Record the fault being handled as the monitor records its own; announce the switch-off."""
-        monitor = self.monitor
-        with monitor._lock:  # Faults is the monitor's state: changed under its one lock
-            disabled = monitor._guard.record(self.part, monitor.step, label=f"the {self.name} integration")
+        monitor, gate = self.monitor, self.monitor.gate
+        with gate.lock:  # the faults are the monitor's state: changed under its one lock
+            disabled = gate.faults.record(self.part, monitor.step, label=f"the {self.name} integration")
             if disabled and not monitor.closed:  # a closed monitor's sinks are finished: reopen none of them
-                monitor._guard.announce(self.part, monitor.step, monitor.sinks)
+                gate.faults.announce(self.part, monitor.step, monitor.sinks)
 
 
 def row_advantages(advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

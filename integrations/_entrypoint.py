@@ -212,7 +212,7 @@ class Attachment:
             if cfg is not None and cfg.strict:
                 raise
             if self._guard is not None:
-                self._guard._fault()
+                self._guard.fault()
             else:
                 self.broken = True
                 warnings.warn(f"grpo-monitor: the {self.framework} integration failed before its monitor was built "

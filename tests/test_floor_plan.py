@@ -1,4 +1,5 @@
-"""The floor plan holds: a short top level, a docstring on every module, no import cycle.
+"""The floor plan holds: a short top level, a docstring on every module, no import cycle, no reads of another
+package's private names.
 
 The import graph is read from the source with ``ast`` (every ``import`` counts, those under
 ``TYPE_CHECKING`` and inside functions included), so a cycle hidden from the interpreter
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_TOP_LEVEL = 12
@@ -101,6 +104,123 @@ def test_every_module_opens_with_its_docstring():
     missing = [str(p.relative_to(REPO)) for p, _ in _modules().values()
                if ast.get_docstring(ast.parse(p.read_text())) is None]
     assert missing == []
+
+
+def _package(name: str) -> str:
+    """The package a module belongs to: grpo_monitor's first-level subpackage, a top-level module its own,
+    integrations one package (``grpo_monitor`` itself: its ``__init__``)."""
+    parts = name.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _defined_privates(trees: dict[str, ast.Module]) -> dict[str, dict[str, set[str]]]:
+    """Each private name grpo_monitor defines (function, class, assignment or attribute target), with the
+    packages and the modules defining it."""
+    out: dict[str, dict[str, set[str]]] = {}
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined = node.name
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined = node.attr
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined = node.id
+            else:
+                continue
+            if _private(defined):
+                where = out.setdefault(defined, {"packages": set(), "modules": set()})
+                where["packages"].add(_package(name))
+                where["modules"].add(name)
+    return out
+
+
+def _private_reads(sources: dict[str, tuple[str, bool]]) -> list[str]:
+    """Reads of another package's ``_private`` names in ``sources`` (module -> (source, is_pkg)).
+
+    An ``import``/``from ... import`` of a ``_name`` (or through a ``_module``) of grpo_monitor from another
+    package; an attribute ``x._name`` (not dunder) on anything but ``self``/``cls`` whose name grpo_monitor defines
+    in another package. Read by name (``ast`` has no types): a name defined only by the reader's own package, or in
+    the reader's own module, is its own; a name grpo_monitor never defines is a third-party object's (``sys``,
+    ``torch``, a trainer), outside this rule.
+    """
+    trees = {name: ast.parse(src) for name, (src, _) in sources.items()}
+    defined = _defined_privates(trees)
+    out = []
+    for name, tree in trees.items():
+        pkg = name if sources[name][1] else name.rsplit(".", 1)[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr):
+                if isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"):
+                    continue
+                where = defined.get(node.attr)
+                if where is None or name in where["modules"] or where["packages"] == {_package(name)}:
+                    continue
+                out.append(f"{name}:{node.lineno} reads {ast.unparse(node)}")
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _import_targets(node, pkg):
+                    parts = target.split(".")
+                    if parts[0] == "grpo_monitor" and any(map(_private, parts)) and _package(target) != _package(name):
+                        out.append(f"{name}:{node.lineno} imports {target}")
+    return out
+
+
+def _import_targets(node: ast.Import | ast.ImportFrom, pkg: str) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names]
+    base = node.module or ""
+    if node.level:
+        parts = pkg.split(".")
+        base = ".".join(parts[: len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    return [f"{base}.{a.name}" for a in node.names]
+
+
+def test_no_package_reads_another_packages_private_names():
+    """Nothing outside a package reads its ``_private`` names (attributes or imports); the monitor's seams for its
+    own tools are public (``GRPOMonitor.gate``, ``monitor.add_recorded``, ``monitor.load_estimator_lock``)."""
+    sources = {name: (path.read_text(), is_pkg) for name, (path, is_pkg) in _modules().items()}
+    assert _private_reads(sources) == []
+
+
+@pytest.mark.parametrize("source, found", [
+    pytest.param("def f(mon):\n    return mon._acc\n", ["grpo_monitor.step.x:2 reads mon._acc"], id="attribute"),
+    pytest.param("def f(self):\n    return self.monitor._acc\n", ["grpo_monitor.step.x:2 reads self.monitor._acc"],
+                 id="through-self"),
+    pytest.param("from ..monitor import _helper\n", ["grpo_monitor.step.x:1 imports grpo_monitor.monitor._helper"],
+                 id="import"),
+    pytest.param("from grpo_monitor.integrations._common import FailOpen\n",
+                 ["grpo_monitor.step.x:1 imports grpo_monitor.integrations._common.FailOpen"], id="private-module"),
+    pytest.param("def f(self):\n    return self._acc\n", [], id="own-self"),
+    pytest.param("import sys\nf = sys._getframe\n", [], id="third-party"),
+    pytest.param("from .y import _own\n", [], id="same-package"),
+])
+def test_the_private_reader_finds_a_read(source, found):
+    """The check can fail: a monitor private read from step/ is found, its own and third-party names are not."""
+    monitor = "class GRPOMonitor:\n    def __init__(self):\n        self._acc = 1\n\ndef _helper():\n    pass\n"
+    sources = {"grpo_monitor.monitor": (monitor, False), "grpo_monitor.step.x": (source, False),
+               "grpo_monitor.step.y": ("_own = 1\n", False)}
+    assert _private_reads(sources) == found
+
+
+def _package_edges() -> set[tuple[str, str]]:
+    mods = _modules()
+    return {(_package(a), _package(b)) for a, (path, is_pkg) in mods.items() for b in _imports(a, path, is_pkg, mods)
+            if _package(a) != _package(b)}
+
+
+@pytest.mark.parametrize("low, high", [
+    pytest.param("step", "repro", id="repro-above-step"),
+    pytest.param("monitor", "repro", id="replay-above-monitor"),
+    pytest.param("health", "run", id="run-above-health"),
+])
+def test_these_packages_import_one_way(low, high):
+    """The upper package imports the lower, never the reverse (imports inside functions counted): repro saves the
+    step's records and replays through the monitor (which reaches the saving through run.breach), run saves the
+    health tracker's state (health reads the history through its own protocol)."""
+    assert (low, high) not in _package_edges()
 
 
 def test_the_cycle_finder_finds_a_cycle():

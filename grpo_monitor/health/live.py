@@ -5,10 +5,10 @@ clearing, and the findings ``MonitorConfig.halt_on`` stops the run on."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from ..report import StepReport
-from ..run.history import QuestionHistory
 from .state import FindingState, HealthUpdate, QuestionSupply
 from .tracker import HealthTracker
 
@@ -16,7 +16,17 @@ from .tracker import HealthTracker
 JUDGED = ("grpo/groups/total", "grpo/tokens/valid")
 
 
-def supply_of(history: QuestionHistory) -> QuestionSupply | None:
+class History(Protocol):
+    """What run health reads of the run's per-question history (``grpo_monitor.run.history.QuestionHistory``;
+    the run package imports this one, never the reverse)."""
+
+    @property
+    def touched(self) -> Mapping[Any, str]: ...
+
+    def supply(self) -> Mapping[str, int]: ...
+
+
+def supply_of(history: History) -> QuestionSupply | None:
     """The history's supply classes (None before any question id was seen)."""
     counts = history.supply()
     questions = sum(counts[k] for k in ("saturated", "unsolved", "learnable"))
@@ -42,7 +52,7 @@ class LiveHealth:
         self.config = config
         self.tracker.context = context_of(config, integration, self.gpus)
 
-    def evaluate(self, report: StepReport, history: QuestionHistory) -> HealthUpdate | None:
+    def evaluate(self, report: StepReport, history: History) -> HealthUpdate | None:
         """Fold the report in: ``report.health``, its ``grpo/health/*`` metrics and ``question_classes``. A step
         without rollout or token metrics (nothing observed, or its metrics lost to a fault) is not judged."""
         if not any(key in report.metrics for key in JUDGED):

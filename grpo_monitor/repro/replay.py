@@ -12,7 +12,7 @@ import torch
 
 from ..config import MonitorConfig
 from ..config.aliases import upgrade
-from ..monitor import GRPOMonitor
+from ..monitor import GRPOMonitor, load_estimator_lock
 from ..report import StepReport
 from .save import SavedRollout
 
@@ -36,7 +36,7 @@ def replay(path: str, **config_overrides: Any) -> StepReport:
     cfg = {**upgrade(data["config"]), "on_violation": "ignore", "policies": {}, **config_overrides}
     mon = GRPOMonitor(MonitorConfig(**cfg))
     if data.get("estimator_lock") and not config_overrides:
-        mon._run.estimator.load_state_dict(data["estimator_lock"])
+        load_estimator_lock(mon, data["estimator_lock"])
     for saved in data["rollouts"]:
         mon.observe_rollout(**SavedRollout.load(saved).observe_args())
     return mon.end_step(data["step"])

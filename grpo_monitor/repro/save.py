@@ -6,7 +6,8 @@ included) plus the step, the config, the broken invariants and the estimator loc
 reached (``FORMAT`` numbers it). Token tensors are not in it: the monitor sums them on the
 device and keeps none, so a token-side breach's file holds the step's config and rollouts
 (its message says so). Loading and replaying live in :mod:`grpo_monitor.repro.replay` (which
-imports the monitor; the monitor imports this module); both read the format from here.
+imports the monitor); both read the format from here. The step package never imports this one (it reads the
+step's records); :func:`grpo_monitor.run.breach.with_repro` calls it for the monitor.
 """
 
 from __future__ import annotations

@@ -3,10 +3,10 @@
 The per-question history, the run totals of the retry ledger, the violation counts and
 the estimator lock are the monitor's only memory between steps. ``update`` folds a
 finished step in (once per step, at its end, a failing step included) and returns the
-metrics that memory yields; the estimator lock is replaced by the narrowed one the check
-stage returns (:func:`grpo_monitor.step.checks.check_rollout`). Both are explicit in
-:class:`~grpo_monitor.monitor.GRPOMonitor`; nothing else mutates this state, and
-:meth:`state_dict` saves all of it.
+metrics that memory yields; the estimator lock is replaced by the narrowed one the evaluate
+stage returns (:func:`grpo_monitor.step.evaluate.evaluate`'s ``Verdict``). Both happen in one
+place, ``GRPOMonitor._apply`` (with the counts and the said-once set); nothing else mutates
+this state, and :meth:`state_dict` saves all of it.
 """
 
 from __future__ import annotations

@@ -109,11 +109,12 @@ class HostGroups:
 
 @dataclasses.dataclass
 class Accumulator:
-    """One step's accumulators (see module docstring), plus what its checks found so far.
+    """One step's accumulators (see module docstring): its inputs only (what the checks find is
+    :class:`~grpo_monitor.step.evaluate.StepFindings`).
 
-    ``rollout_checked`` is the host copy of the rollout statistics already synced and
-    checked this step (an eager check per ``observe_rollout``); ``rollouts[:checked]`` are
-    their records. ``violations`` and ``estimator`` (the judgement of the step's advantage estimator) are its findings.
+    ``rollout_checked`` is the host copy of the rollout statistics already synced (and so
+    checked) this step (an eager check per ``observe_rollout``); ``rollouts[:checked]`` are
+    their records.
     """
 
     rollout_pending: torch.Tensor | None = None  # device: not yet synced
@@ -122,8 +123,6 @@ class Accumulator:
     ledger: torch.Tensor | None = None
     rollouts: list[RolloutRecord] = dataclasses.field(default_factory=list)
     generations: list[GenerationRecord] = dataclasses.field(default_factory=list)
-    violations: list[Any] = dataclasses.field(default_factory=list)
-    estimator: Any = None
     device: torch.device | None = None
     checked: int = 0  # rollouts[:checked] are synced and checked
     #: (mask, trainer log-probs, sampler log-probs) of the step's micro-batches with sampler log-probs:
@@ -174,7 +173,7 @@ class Accumulator:
     def drop(self, part: str) -> None:
         """Forget what a failed part (``"rollout"``, ``"generation"``, ``"loss"``) gathered this step."""
         if part == "rollout":
-            self.rollout_pending = self.rollout_checked = self.estimator = None
+            self.rollout_pending = self.rollout_checked = None
             self.rollouts, self.checked = [], 0
         elif part == "generation":
             self.ledger, self.generations = None, []

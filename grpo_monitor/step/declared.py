@@ -2,7 +2,7 @@
 
 One :class:`Requirement` per declared check: which setting declares it, which observe call must pass which
 arguments (together, in one call) for it to run, or which other setting it needs. The monitor notes the
-arguments of every observe call of a step (``Accumulator.calls``); at the step's end :func:`unmet` compares them
+arguments of every observe call of a step (``Accumulator.calls``); at the step's end :func:`pending` compares them
 with :data:`REQUIREMENTS` and each requirement not met is one ``declared_check`` warning (a
 :class:`~grpo_monitor.violations.Violation`, so JSONL and every sink see it), once per run.
 
@@ -15,7 +15,7 @@ with :data:`REQUIREMENTS` and each requirement not met is one ``declared_check``
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 from ..violations import Violation
@@ -89,8 +89,9 @@ _HINT = ("pass the missing argument (or drop the declaration); until then this c
          "run and declared check")
 
 
-def unmet(config: Any, calls: Calls, *, said: set[str], step: int) -> list[Violation]:
-    """One ``declared_check`` warning per requirement unmet this step and not yet said (``said`` is updated)."""
+def pending(config: Any, calls: Calls, said: Collection[str], step: int) -> list[tuple[str, Violation]]:
+    """Pure: ``(key, declared_check warning)`` per requirement unmet this step and not in ``said`` (the keys
+    already said); the caller adds the keys to its said set when it applies the warnings."""
     from ..invariants import violation
 
     out = []
@@ -100,10 +101,16 @@ def unmet(config: Any, calls: Calls, *, said: set[str], step: int) -> list[Viola
         why = req.missing(config, calls)
         if why is None:
             continue
-        said.add(req.key)
         text = why.format(step=step)
         if req.setting is None:
             text = f"{req.declared(config)} declares the {req.check} check, but {text}"
-        out.append(violation("declared_check", step, f"{text}; the {req.check} check did not run", config,
-                             hint=_HINT))
+        out.append((req.key, violation("declared_check", step, f"{text}; the {req.check} check did not run", config,
+                                       hint=_HINT)))
     return out
+
+
+def unmet(config: Any, calls: Calls, *, said: set[str], step: int) -> list[Violation]:
+    """:func:`pending`, its keys added to ``said``: the warnings once per run."""
+    found = pending(config, calls, said, step)
+    said.update(key for key, _ in found)
+    return [v for _, v in found]

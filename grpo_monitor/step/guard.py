@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import threading
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -51,19 +52,33 @@ def integration_part(name: str) -> str:
     return name + _INTEGRATION
 
 
+class Gate:
+    """The small interface between a guarded object and this module: what the wrappers below need of it.
+
+    ``lock`` (one re-entrant lock for every public call), ``closed_by`` (why it is closed; None: open),
+    ``faults`` (the parts switched off, :class:`Faults`), and what the owner does about a fault:
+    ``on_fault(owner, part)`` (drop what the part gathered this step, announce a switch-off) and
+    ``on_skip(owner, part, *args, **kwargs)`` (what a switched-off call returns). The hooks are plain
+    functions of the owner's class (no bound methods: the owner holds its gate, never the reverse).
+    """
+
+    def __init__(self, on_fault: Callable[[Any, str], None], on_skip: Callable[..., Any]):
+        self.lock = threading.RLock()
+        self.closed_by: str | None = None
+        self.faults = Faults()
+        self.on_fault, self.on_skip = on_fault, on_skip
+
+    @property
+    def closed(self) -> bool:
+        return self.closed_by is not None
+
+
 class Guarded(Protocol):
-    """What the guard needs of the monitor it guards (:class:`~grpo_monitor.monitor.GRPOMonitor`)."""
+    """What the guard needs of the object it guards (:class:`~grpo_monitor.monitor.GRPOMonitor`): public names."""
 
-    closed: bool
     step: int
-    _closed_by: str | None
-    _lock: Any
-    _guard: Faults
+    gate: Gate
     config: Any
-
-    def _fault(self, part: str) -> None: ...
-
-    def _skip(self, part: str, *args: Any, **kwargs: Any) -> Any: ...
 
 
 #: Exceptions that are the point of a call, never the monitor's own fault.
@@ -72,9 +87,9 @@ PROPAGATE = (InvariantViolation, RunStalled, InputError, MonitorClosedError)
 
 def ensure_open(monitor: Guarded, call: str) -> None:
     """Raise :class:`MonitorClosedError` naming ``call`` when ``monitor`` is closed."""
-    if not monitor.closed:
+    why = monitor.gate.closed_by
+    if why is None:
         return
-    why = monitor._closed_by or "close() was called"
     raise MonitorClosedError(
         f"GRPOMonitor.{call}() called on a closed monitor ({why}); nothing was recorded. "
         "Build a new GRPOMonitor to keep monitoring, or call reopen() to start a new segment with the same sinks"
@@ -87,7 +102,7 @@ def _lock_unless_tracing(monitor: Guarded) -> Any:
     Inside a ``torch.compile``d step the observe call's state updates are replayed after
     the graph runs, in the calling thread.
     """
-    return contextlib.nullcontext() if torch.compiler.is_compiling() else monitor._lock
+    return contextlib.nullcontext() if torch.compiler.is_compiling() else monitor.gate.lock
 
 
 def locked(fn: F) -> F:
@@ -95,7 +110,7 @@ def locked(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
+        with self.gate.lock:
             ensure_open(self, fn.__name__)
             check_call(fn, (self, *args), kwargs)
             return fn(self, *args, **kwargs)
@@ -107,7 +122,7 @@ def fail_open(part: str) -> Callable[[F], F]:
     """:func:`locked`, and the monitor's own faults disable ``part`` instead of propagating.
 
     With ``config.strict`` every exception propagates (for tests). A failed ``end_step``
-    still closes the step; see ``GRPOMonitor._fault``.
+    still closes the step (the owner's ``Gate.on_fault`` and ``Gate.on_skip``).
     """
 
     def deco(fn: F) -> F:
@@ -117,8 +132,9 @@ def fail_open(part: str) -> Callable[[F], F]:
                 ensure_open(self, fn.__name__)
                 if not torch.compiler.is_compiling():  # a call that does not bind is the caller's error
                     check_call(fn, (self, *args), kwargs)
-                if part in self._guard.disabled and not self._guard.retry(part, self.step):
-                    return self._skip(part, *args, **kwargs)
+                gate = self.gate
+                if part in gate.faults.disabled and not gate.faults.retry(part, self.step):
+                    return gate.on_skip(self, part, *args, **kwargs)
                 try:
                     out = fn(self, *args, **kwargs)
                 except PROPAGATE:
@@ -126,9 +142,9 @@ def fail_open(part: str) -> Callable[[F], F]:
                 except Exception:
                     if self.config.strict:
                         raise
-                    self._fault(part)
-                    return self._skip(part, *args, **kwargs)
-                self._guard.succeeded(part)
+                    gate.on_fault(self, part)
+                    return gate.on_skip(self, part, *args, **kwargs)
+                gate.faults.succeeded(part)
                 return out
 
         return wrapper  # type: ignore[return-value]
@@ -139,7 +155,7 @@ def fail_open(part: str) -> Callable[[F], F]:
 def guarded_part(monitor: Guarded, part: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` as ``part`` inside a guarded call: a fault switches off only ``part`` (``None``
     returned; ``config.strict``: it propagates); an input error or a breach propagates. Off: ``None``."""
-    if part in monitor._guard.disabled:
+    if part in monitor.gate.faults.disabled:
         return None
     try:
         return fn(*args, **kwargs)
@@ -148,7 +164,7 @@ def guarded_part(monitor: Guarded, part: str, fn: Callable[..., Any], *args: Any
     except Exception:
         if monitor.config.strict:
             raise
-        monitor._fault(part)
+        monitor.gate.on_fault(monitor, part)
         return None
 
 

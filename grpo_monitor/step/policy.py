@@ -1,5 +1,5 @@
-"""What a violation does under the run's ``on_violation`` policy: raise (with its repro file), warn (and how
-often), or nothing.
+"""What a violation does under the run's ``on_violation`` policy: raise, warn (and how often), or nothing. (A breach
+to raise gets its repro file from :func:`grpo_monitor.run.breach.with_repro`, called by the monitor.)
 
 The counts are the run's (:class:`~grpo_monitor.run.state.RunState`); the monitor counts a
 step's findings first, then calls :func:`warn_found`.
@@ -7,17 +7,13 @@ step's findings first, then calls :func:`warn_found`.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import warnings
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from ..config import MonitorConfig
 from ..invariants import INVARIANTS
-from ..repro.save import save_repro
 from ..violations import Violation
-from .accumulator import Accumulator
 
 log = logging.getLogger("grpo_monitor")
 
@@ -25,17 +21,6 @@ log = logging.getLogger("grpo_monitor")
 def raises(v: Violation, config: MonitorConfig) -> bool:
     """An error-severity breach under the ``"raise"`` policy; a warning never stops the run."""
     return v.severity == "error" and config.policy_for(v.invariant) == "raise"
-
-
-def with_repro(found: list[Violation], config: MonitorConfig, step: int, acc: Accumulator,
-               lock: Callable[[], dict[str, Any]]) -> list[Violation]:
-    """Breaches to raise get their repro file of ``acc`` (the step's accumulator), or why it could not be saved
-    (``save_repro`` never raises); ``lock()``: the estimator lock's state, read only when a file is written."""
-    raising = [v for v in found if raises(v, config)]
-    if not raising:
-        return found
-    path, why = save_repro(config, step, acc, raising, lock=lock())
-    return [dataclasses.replace(v, repro_path=path, repro_error=why) if raises(v, config) else v for v in found]
 
 
 def warn_found(found: Iterable[Violation], counts: Mapping[str, int], config: MonitorConfig) -> None:

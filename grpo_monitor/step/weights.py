@@ -45,8 +45,6 @@ class LossWeights:
         self.rows: list[torch.Tensor] = []
         self.announced: set[str] = set()
         self.pending: list[str] = []  # reasons seen inside a trace, announced at the step's end (eagerly)
-        self.metrics: dict[str, float] = {}  # the step's grpo/weights/ keys (set by check)
-        self.histograms: dict[str, list[float]] = {}
         self.derive = False  # whether unmeasured weights are derived from a declared aggregation
 
     def set_reference(self, gid: torch.Tensor, degenerate: torch.Tensor, labels: Sequence[Hashable]) -> None:
@@ -108,17 +106,27 @@ class LossWeights:
             return None
         return torch.cat([r.to(self.rows[0].device) for r in self.rows]).reshape(-1)
 
-    def check(self, flat: torch.Tensor, every_rank: tuple | None, config: Any, step: int) -> list[Any]:
-        """The ``grpo/weights/`` metrics of the step (kept for the report; over every rank's rows) and the
-        ``loss_aggregation`` check (on this rank's rows, against this rank's counts)."""
+    def check(self, flat: torch.Tensor, every_rank: tuple | None, config: Any, step: int) -> WeightsCheck:
+        """The ``grpo/weights/`` metrics of the step (over every rank's rows) and the ``loss_aggregation`` check (on
+        this rank's rows, against this rank's counts), returned as data: nothing is kept here."""
         ref = self.reference
         summary = summarize(flat.numpy(), config, ref.labels if ref is not None else None, every_rank)
-        self.metrics, self.histograms = summary.metrics, summary.histograms
-        return aggregation_check.breach(summary.offending, summary.groups, summary.count, config, step)
+        found = aggregation_check.breach(summary.offending, summary.groups, summary.count, config, step)
+        return WeightsCheck(found, summary.metrics, summary.histograms)
 
     def end_step(self) -> None:
-        """The next step starts without rows or metrics (the reference rollout stays)."""
-        self.rows, self.metrics, self.histograms = [], {}, {}
+        """The next step starts without rows (the reference rollout stays)."""
+        self.rows = []
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightsCheck:
+    """What :meth:`LossWeights.check` found: the ``loss_aggregation`` violation (or none), the ``grpo/weights/``
+    metrics and histograms for the report."""
+
+    found: list[Any]
+    metrics: dict[str, float]
+    histograms: dict[str, list[float]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,4 +217,4 @@ def _describe(rows: WeightRows, declared: str, scope: str, normalizer: float | N
     return aggregation_check.describe(rows, where, expected, count, declared, scope, fit, labels)
 
 
-__all__ = ["ROW_COLUMNS", "LossWeights", "WeightsSummary", "summarize"]
+__all__ = ["ROW_COLUMNS", "LossWeights", "WeightsCheck", "WeightsSummary", "summarize"]

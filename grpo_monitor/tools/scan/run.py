@@ -329,7 +329,7 @@ def _in_process(reader: Any, group_size: int | None) -> Iterator[tuple[StepInfo,
 def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], result: ScanResult,
           progress: DelayedProgress, logged: LoggedMetrics | None = None) -> None:
     """The loop: one step read, grouped, observed and reported at a time."""
-    from ...monitor import GRPOMonitor
+    from ...monitor import GRPOMonitor, add_recorded
 
     monitor = GRPOMonitor(config, sinks=sinks)
     monitor.declare_integration("scan", {"format": result.format})  # the report's no-data notes speak of a scan
@@ -344,7 +344,7 @@ def _feed(steps: Iterator[tuple[StepInfo, Any]], config: Any, sinks: list[Any], 
             for info, groups in steps:
                 monitor.observe_rollout(**groups.observe_kwargs())
                 if logged is not None and (recorded := logged.for_step(info.step)):
-                    monitor._add_recorded(recorded)
+                    add_recorded(monitor, recorded)
                     result.logged_steps += 1
                 report = monitor.end_step(step=info.step)
                 result.violations.add(report)
