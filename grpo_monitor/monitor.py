@@ -120,7 +120,8 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
                      old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
-                     entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
+                     entropy: Any = None, loss: Any = None, rows: Any = None, routed_experts: Any = None,
+                     sampler_routed_experts: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
         ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it generated
@@ -129,11 +130,13 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are untouched);
         without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest
-        ``observe_rollout``'s rows (flat order), for the per-group weights.
+        ``observe_rollout``'s rows (flat order), for the per-group weights. ``routed_experts`` / ``sampler_routed_experts``
+        ``(B, T, L, k)``: the trainer's and the engine's top-k expert ids per token and MoE layer (``grpo/moe/*``).
         """
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,
-                                 sampler_logprobs=sampler_logprobs, entropy=entropy)
+                                 sampler_logprobs=sampler_logprobs, entropy=entropy, routed_experts=routed_experts,
+                                 sampler_routed_experts=sampler_routed_experts)
         self._acc.add_call("observe_loss", **got.tensors, mask=got.mask, loss=got.loss)
         self._token_layout = self._token_layout or FieldLayout(got.fields)
         self._acc.add_tokens(got.vec, self._token_layout)
@@ -195,9 +198,7 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
     def _sync(self, final: bool, collective: bool = True) -> SyncedStep:
         """See :func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots."""
         if final and self._token_layout is None and rank_and_world()[1] > 1:
-            from .stats.tokens import TOKEN_FIELDS
-
-            self._token_layout = FieldLayout(TOKEN_FIELDS)
+            self._token_layout = FieldLayout(observe.LOSS_FIELDS)  # the token slots, then the routing counts
         return sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
                          final=final, collective=collective, weights=self._weights.flat() if final else None)
 

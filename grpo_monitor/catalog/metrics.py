@@ -22,6 +22,7 @@ from collections.abc import Mapping
 
 from .health_metrics import health_entries
 from .invariants import INVARIANTS
+from .moe_metrics import moe_entries
 from .offpolicy_metrics import age_entries, drop_entries, seq_ratio_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
@@ -57,7 +58,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions", "grpo/offpolicy/")),
     ("Advantages", ("grpo/adv/", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
-    ("Mismatch", ("grpo/mismatch/",)),
+    ("Mismatch", ("grpo/mismatch/", "grpo/moe/")),
     ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
     ("Invariants", ("grpo/invariants/", "grpo/violations", "grpo/trainer_metrics/")),
@@ -317,7 +318,7 @@ def _monitor_and_integrations() -> list[Metric]:
 
 def _catalogue() -> Mapping[str, Metric]:
     entries = [*_groups(), *rollout_entries(), *age_entries(), *drop_entries(), *_advantages(), *_kl(),
-               *seq_ratio_entries(), *mismatch_entries(),
+               *seq_ratio_entries(), *mismatch_entries(), *moe_entries(),
                *entropy_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
