@@ -4,6 +4,7 @@ an engine that goes stale mid-run or routes with another model's weights opens i
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 from pathlib import Path
 
@@ -19,13 +20,25 @@ pytest.importorskip("transformers")
 STEPS, STALE_FROM = 11, 5
 
 
+@functools.lru_cache(maxsize=None)
+def _model(seed: int, experts: int, topk: int):
+    return tiny_moe(seed, 1.0, experts, topk)  # building one takes seconds: once per module
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: threads only contend on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
 def _run(engine: str, experts: int, topk: int) -> tuple[list[bool], list[float]]:
     """Per step: whether the finding is open, and grpo/moe/agreement (trainer float32, engine bf16)."""
-    torch.manual_seed(0)
-    model = tiny_moe(0, 1.0, experts, topk)
-    ids0, mask0 = batch(0, 8, 32)
-    other = {"stale": lambda: stale_copy(model, ids0, 1e-4, 1), "foreign": lambda: tiny_moe(7, 1.0, experts, topk)}
-    lagging = other[engine]().to(torch.bfloat16) if engine in other else None
+    model = _model(0, experts, topk)
+    ids0, _ = batch(0, 8, 32)
+    other = {"stale": lambda: stale_copy(model, ids0, 1e-4, 1), "foreign": lambda: _model(7, experts, topk)}
+    lagging = copy.deepcopy(other[engine]()).to(torch.bfloat16) if engine in other else None
     synced = copy.deepcopy(model).to(torch.bfloat16)
     mon = GRPOMonitor(MonitorConfig())
     opened, agreement = [], []

@@ -15,7 +15,7 @@ from ...files.writing import OutputDir
 from .data import RunData, find_log, load_run
 from .digest import log_digest
 from .facts import sentences
-from .figures import FIGURES, how_to_log
+from .figures import ALL_FIGURES, FIGURES, how_to_log
 from .html import render_page
 from .plots_core import FigureSpec
 from .records import LogFormatError, read_step_records
@@ -33,10 +33,10 @@ RENAMED: dict[str, str] = {"history": "overdispersion_stuck"}
 def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], list[str]]:
     """(name, title, caption, PNG bytes) of every figure the run has data for, and notes on the others."""
     figures, notes = [], []
-    for spec in FIGURES:
+    for spec in ALL_FIGURES:
         fig = spec.draw(run)
         if fig is None:
-            if spec.name != "violations":
+            if spec.name != "violations" and spec in FIGURES:
                 notes.append(sentences([f"{spec.title}: no data in this run",
                                         how_to_log(spec, run.integration, run.settings)]))
             continue
@@ -48,7 +48,7 @@ def render_figures(run: RunData) -> tuple[list[tuple[str, str, str, bytes]], lis
 
 def shown_keys(names: set[str] | list[str]) -> set[str]:
     """The metric keys drawn or stated by the named figures."""
-    return {key for spec in FIGURES if spec.name in names for key in spec.keys}
+    return {key for spec in ALL_FIGURES if spec.name in names for key in spec.keys}
 
 
 def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> Path:
@@ -67,7 +67,7 @@ def build_report(run: str | os.PathLike, out_dir: str | os.PathLike | None = Non
     evidence = evidence_plots(data, found)
     page = render_page(data, figures, notes, shown=shown_keys(drawn), health=health_section(data, found, evidence))
     with OutputDir(Path(out_dir) if out_dir is not None else data.path.parent) as out, out.folder("plots") as plots:
-        for stale in [spec.name for spec in FIGURES if spec.name not in drawn] + list(RENAMED):
+        for stale in [spec.name for spec in ALL_FIGURES if spec.name not in drawn] + list(RENAMED):
             plots.remove(f"{stale}.png")
         for name, _, _, png in figures:
             plots.write(f"{name}.png", png)

@@ -8,7 +8,7 @@ principal key (:func:`.notes.advice`).
 
 from __future__ import annotations
 
-from . import captions, plots, plots_sampler, plots_tokens
+from . import captions, plots, plots_offpolicy, plots_sampler, plots_tokens
 from .notes import advice
 from .plots_core import FigureSpec
 
@@ -56,6 +56,22 @@ FIGURES: tuple[FigureSpec, ...] = (
                ("grpo/sampling/responses_per_retained_group", "grpo/sampling/retention_rate"),
                plots.draw_sampling, captions.sampling),
 )
+
+#: Figures of asynchronous and MoE runs (docs/async_moe.md), after the others: drawn when the run logged them, and,
+#: unlike the figures above, without a "no data" note when it did not (most runs are neither).
+OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("seq_ratio", "Sequence ratio and its clip band",
+               ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
+               plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption),
+    FigureSpec("routing", "MoE routing agreement",
+               ("grpo/moe/agreement", "grpo/moe/topk_overlap", "grpo/moe/agreement_layer_min"),
+               plots_offpolicy.draw_routing, plots_offpolicy.routing_caption),
+    FigureSpec("staleness", "Staleness: row ages and the drop's bias",
+               ("grpo/offpolicy/age_mean", "grpo/offpolicy/age_max", "grpo/offpolicy/drop_reward_z"),
+               plots_offpolicy.draw_staleness, plots_offpolicy.staleness_caption),
+)
+#: Every figure of the page, in page order.
+ALL_FIGURES: tuple[FigureSpec, ...] = FIGURES + OFFPOLICY_FIGURES
 
 
 def how_to_log(spec: FigureSpec, integration: str = "api", settings: dict | None = None) -> str:
