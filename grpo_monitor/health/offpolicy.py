@@ -8,15 +8,9 @@ from __future__ import annotations
 import math
 import statistics
 
+from .context import THRESHOLDS as T
 from .context import Evaluation, Inputs, pct
 
-#: Routing: disagreement (1 - agreement) at this many times its start level (and ROUTING_MARGIN above it) is not
-#: noise (bf16 against float32 of one tiny MoE: 1.6-1.9% at every seed and router scale; a one-step lag at lr 1e-4:
-#: 24-29%); an agreement under ROUTING_FLOOR never is (another model's routing: 0.0-0.1%).
-ROUTING_RISE, ROUTING_MARGIN, ROUTING_FLOOR = 3.0, 0.01, 0.5
-#: Staleness drop: the pooled |z| (Stouffer over the last DROP_WINDOW steps with drops, at least DROP_MIN_STEPS)
-#: above which the drop is biased.
-DROP_Z, DROP_WINDOW, DROP_MIN_STEPS = 4.0, 8, 2
 _DROP_Z = ("reward", "pass", "length")
 
 
@@ -34,8 +28,8 @@ def routing_disagreement(x: Inputs, patience: int) -> Evaluation | None:
         return None
     now, start = statistics.median(recent), x.memory.start("routing")
     agreement = 1.0 - now
-    grown = now >= ROUTING_RISE * start and now >= start + ROUTING_MARGIN
-    bad = agreement < ROUTING_FLOOR or grown
+    grown = now >= T["routing_rise"] * start and now >= start + T["routing_margin"]
+    bad = agreement < T["routing_floor"] or grown
     evidence = {"agreement": agreement, "start_agreement": 1.0 - start, "topk_overlap": x.get("grpo/moe/topk_overlap"),
                 "layer_min": x.get("grpo/moe/agreement_layer_min"),
                 "fallback_frac": x.get("grpo/moe/replay_fallback_frac")}
@@ -50,8 +44,8 @@ def staleness_bias(x: Inputs, patience: int) -> Evaluation | None:
     """Dropped minus kept rows, pooled over the recent steps with drops: reward, pass rate, length."""
     pooled = {}
     for q in _DROP_Z:
-        zs = x.memory.recent(f"drop_z_{q}", DROP_WINDOW)
-        if len(zs) >= DROP_MIN_STEPS:
+        zs = x.memory.recent(f"drop_z_{q}", int(T["drop_window"]))
+        if len(zs) >= T["drop_min_steps"]:
             pooled[q] = sum(zs) / math.sqrt(len(zs))
     if not pooled or not math.isfinite(x.get("grpo/offpolicy/drop_bias_z")):
         return None
@@ -63,8 +57,8 @@ def staleness_bias(x: Inputs, patience: int) -> Evaluation | None:
                     kept_reward=x.get("grpo/offpolicy/kept_reward_mean"))
     side = "higher" if pooled[worst] > 0 else "lower"
     message = (f"Rows dropped for staleness have a {side} {worst} than the kept ones, {figure:.1f} standard errors "
-               f"pooled over the last {len(x.memory.recent(f'drop_z_{worst}', DROP_WINDOW))} steps with drops "
+               f"pooled over the last {len(x.memory.recent(f'drop_z_{worst}', int(T['drop_window'])))} steps with drops "
                f"(dropped reward {evidence['dropped_reward']:.3g}, kept {evidence['kept_reward']:.3g}, "
                f"{pct(evidence['dropped_frac'])} dropped). Likely cause: slow, hard problems exceed the staleness "
                "bound, so training sees the fast, easy ones.")
-    return Evaluation(figure, "degraded" if figure > DROP_Z else None, evidence, message)
+    return Evaluation(figure, "degraded" if figure > T["drop_z"] else None, evidence, message)
