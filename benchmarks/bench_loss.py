@@ -27,8 +27,8 @@ magnitude, so ``--spread 1`` shows its slower case. At 1M tokens the five inputs
 sit in the last-level cache, so the floor there is a cache read, not a memory read.
 ``--routing 64K,48,8`` also times the MoE routing counts of ``observe_loss(routed_experts=,
 sampler_routed_experts=)`` (:mod:`grpo_monitor.stats.routing`): integer ids the float pass never reads, so
-they have a pass of their own. ``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the ``grpo/mismatch/*``
-and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
+they have a pass of their own. ``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the
+``grpo/mismatch/*`` and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
 time (all threads) instead of the wall clock: on a machine shared with other jobs it leaves
 out the time the threads wait descheduled (not what they lose to shared caches and memory).
 

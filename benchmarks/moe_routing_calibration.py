@@ -3,8 +3,9 @@
     .venv/bin/python benchmarks/moe_routing_calibration.py [--seeds 3] [--batch 8] [--seq 64]
 
 A random-init Qwen2-MoE from ``transformers`` (config only, no download: 4 MoE layers, 16
-experts, top-4 (``--experts``, ``--topk``), hidden 128) on CPU. Each comparison routes the same tokens twice and feeds both
-top-k id tensors to a real ``GRPOMonitor.observe_loss(routed_experts=, sampler_routed_experts=)``;
+experts, top-4 (``--experts``, ``--topk``), hidden 128) on CPU. Each comparison routes the same
+tokens twice and feeds both top-k id tensors to a real
+``GRPOMonitor.observe_loss(routed_experts=, sampler_routed_experts=)``;
 the figures printed are the monitor's own ``grpo/moe/*`` keys. The trainer side is always
 float32 with the whole batch; the "engine" side is:
 

@@ -130,8 +130,8 @@ class GRPOMonitor(NotCopyable, AuditsTrainerMetrics):
         micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are untouched);
         without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest
-        ``observe_rollout``'s rows (flat order), for the per-group weights. ``routed_experts`` / ``sampler_routed_experts``
-        ``(B, T, L, k)``: the trainer's and the engine's top-k expert ids per token and MoE layer (``grpo/moe/*``).
+        ``observe_rollout``'s rows (flat order), for the per-group weights. ``routed_experts`` (the trainer's) and
+        ``sampler_routed_experts`` (the engine's) ``(B, T, L, k)``: top-k experts per token and layer (``grpo/moe/*``).
         """
         got = observe.loss_input(self.config, mask=mask, loss=loss, rows=rows, advantages=advantages,
                                  logprobs=logprobs, ref_logprobs=ref_logprobs, old_logprobs=old_logprobs, kl=kl,

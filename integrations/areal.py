@@ -335,10 +335,10 @@ def row_versions(actor: Any, batch: dict) -> dict[str, Any]:
     >>> v["policy_version"].tolist(), v["trained_version"]
     ([5, 7], 7)
     """
-    versions, engine = batch.get("versions"), getattr(actor, "engine", None)
-    if versions is None or not callable(getattr(engine, "get_version", None)):
+    versions, get_version = batch.get("versions"), getattr(getattr(actor, "engine", None), "get_version", None)
+    if versions is None or not callable(get_version):
         return {}
-    trained = int(engine.get_version())
+    trained = int(get_version())
     top = torch.iinfo(torch.int64).max
     head = torch.where(versions >= 0, versions.long(), top).amin(-1)
     return {"policy_version": torch.where(head == top, trained, head), "trained_version": trained}

@@ -56,8 +56,9 @@ def staleness_bias(x: Inputs, patience: int) -> Evaluation | None:
                     dropped_reward=x.get("grpo/offpolicy/dropped_reward_mean"),
                     kept_reward=x.get("grpo/offpolicy/kept_reward_mean"))
     side = "higher" if pooled[worst] > 0 else "lower"
+    steps = len(x.memory.recent(f"drop_z_{worst}", int(T["drop_window"])))
     message = (f"Rows dropped for staleness have a {side} {worst} than the kept ones, {figure:.1f} standard errors "
-               f"pooled over the last {len(x.memory.recent(f'drop_z_{worst}', int(T['drop_window'])))} steps with drops "
+               f"pooled over the last {steps} steps with drops "
                f"(dropped reward {evidence['dropped_reward']:.3g}, kept {evidence['kept_reward']:.3g}, "
                f"{pct(evidence['dropped_frac'])} dropped). Likely cause: slow, hard problems exceed the staleness "
                "bound, so training sees the fast, easy ones.")

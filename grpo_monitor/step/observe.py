@@ -21,7 +21,6 @@ from ..stats.tokens.table import TOKEN_FIELDS
 from . import inputs
 from .accumulator import LEDGER, GenerationRecord, RolloutRecord
 
-
 #: The slots of ``observe_loss``'s vector: the fused token pass's, then the MoE routing counts.
 LOSS_FIELDS = (*TOKEN_FIELDS, *ROUTING_FIELDS)
 _EMPTY_ROUTING: dict[torch.device, torch.Tensor] = {}

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 STEPS, STALE_FROM = 11, 5
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _model(seed: int, experts: int, topk: int):
     return tiny_moe(seed, 1.0, experts, topk)  # building one takes seconds: once per module
 

@@ -29,10 +29,11 @@ def draw_staleness(run: RunData):
         return None
     fig, axes = figure(3, height=2.3)
     ax = axes[0]
-    present = [(a, c) for a, c in _AGES if ages[a] is not None]
+    logged = {a: v for a, v in ages.items() if v is not None}
+    present = [(a, c) for a, c in _AGES if a in logged]
     if present:
         x = run.steps.astype(float)
-        stacks = [np.nan_to_num(ages[a], nan=0.0) for a, _ in present]
+        stacks = [np.nan_to_num(logged[a], nan=0.0) for a, _ in present]
         if len(x) == 1:
             x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
         ax.stackplot(x, *stacks, colors=[c for _, c in present], alpha=0.6,
