@@ -45,6 +45,7 @@ def _step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> None:
 def async_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("async")
     mon = GRPOMonitor(MonitorConfig(group_size=G, clip_range=(0.1, 0.15)), sinks=[JSONLSink(out / "monitor.jsonl")])
+    mon.declare_integration("api", {"importance_sampling_level": "sequence"})  # a GSPO loss: the ratio figure
     gen = torch.Generator().manual_seed(3)
     for step in range(STEPS):
         _step(mon, gen, step)

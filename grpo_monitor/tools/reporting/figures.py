@@ -38,9 +38,6 @@ FIGURES: tuple[FigureSpec, ...] = (
     FigureSpec("ratio", "Importance ratio and clipping",
                ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
                plots_tokens.draw_ratio, captions.ratio),
-    FigureSpec("seq_ratio", "Sequence ratio and its clip band",
-               ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
-               plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption),
     FigureSpec("mismatch", "Training-inference mismatch",
                ("grpo/mismatch/k3_mean", "grpo/mismatch/ratio_mean"), plots_sampler.draw_mismatch, captions.mismatch),
     FigureSpec("split", "Truncation and the degenerate split",
@@ -61,9 +58,12 @@ FIGURES: tuple[FigureSpec, ...] = (
 )
 
 #: Figures of asynchronous and MoE runs (docs/async_moe.md), after the others: drawn when the run logged them, and,
-#: unlike the figures above, without a "no data" note when it did not (most runs are neither). The sequence ratio
-#: (every run with old_logprobs) is with the others, after the token ratio.
+#: unlike the figures above, without a "no data" note when it did not (most runs are neither). The sequence ratio is
+#: drawn for runs whose loss clips it (settings ``importance_sampling_level="sequence"``, or ``loss_mode="gspo"``).
 OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = (
+    FigureSpec("seq_ratio", "Sequence ratio and its clip band",
+               ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
+               plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption),
     FigureSpec("routing", "MoE routing agreement",
                ("grpo/moe/agreement", "grpo/moe/topk_overlap", "grpo/moe/agreement_layer_min"),
                plots_offpolicy.draw_routing, plots_offpolicy.routing_caption),

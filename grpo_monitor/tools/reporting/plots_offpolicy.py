@@ -61,7 +61,7 @@ def draw_staleness(run: RunData):
 def draw_seq_ratio(run: RunData):
     """GSPO's sequence ratio w per step: min to max (band) and mean, against the clip band; clip and tail shares."""
     mean, lo, hi = (run.series(f"grpo/seq_ratio/{s}") for s in ("mean", "min", "max"))
-    if mean is None:
+    if mean is None or not sequence_level(run):
         return None
     low, high = _clip(run)
     fig, axes = figure(2, height=2.7)
@@ -82,6 +82,12 @@ def draw_seq_ratio(run: RunData):
     finish(ax, run, "share of rows", "Clipped and far off-policy rows, and the ratios' effective sample size")
     axes[-1].set_xlabel("step")
     return fig
+
+
+def sequence_level(run: RunData) -> bool:
+    """Whether the run's loss clips the sequence ratio (GSPO): the integration's settings say so."""
+    settings = run.settings
+    return settings.get("importance_sampling_level") == "sequence" or settings.get("loss_mode") == "gspo"
 
 
 def _clip(run: RunData) -> tuple[float, float]:
