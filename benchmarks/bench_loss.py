@@ -32,8 +32,10 @@ magnitude, so ``--spread 1`` shows its slower case. At 1M tokens the five inputs
 sit in the last-level cache, so the floor there is a cache read, not a memory read.
 ``--padding`` lays the rows out right-padded (the default: ragged lengths from T/8 to T),
 left-padded (the same lengths, padding first) or ``none`` (dense rows: every token valid).
-``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the ``grpo/mismatch/*``
-and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
+``--routing 64K,48,8`` also times the MoE routing counts of ``observe_loss(routed_experts=,
+sampler_routed_experts=)`` (:mod:`grpo_monitor.stats.routing`): integer ids the float pass never reads, so
+they have a pass of their own. ``--sampler`` adds ``sampler_logprobs`` and ``entropy`` (seven inputs: the
+``grpo/mismatch/*`` and ``grpo/entropy/*`` slots in the same pass). ``--clock cpu`` times with the process's CPU
 time (all threads) instead of the wall clock: on a machine shared with other jobs it leaves
 out the time the threads wait descheduled (not what they lose to shared caches and memory).
 
@@ -294,6 +296,25 @@ def print_row(label: str, row: dict[str, dict], mem: dict[str, float] | None) ->
               f"(one input: {mem['input_mib']:.1f} MiB)")
 
 
+def time_routing(spec: str, reps: int) -> None:
+    """Median / min ms of ``grpo_monitor.stats.routing.routing_vector`` on ``TOKENS,L,k`` int32 expert ids (a tenth
+    of the engine's routes differing, 1% missing), and ns per (token, layer) pair."""
+    from grpo_monitor.stats.routing import routing_vector
+
+    size, layers, k = spec.split(",")
+    tokens, L, K = int(size.upper().replace("K", "")) * (1024 if "K" in size.upper() else 1), int(layers), int(k)
+    g = torch.Generator().manual_seed(0)
+    rows = max(1, tokens // 1024)
+    a = torch.randint(0, 128, (rows, tokens // rows, L, K), generator=g, dtype=torch.int32)
+    b = torch.where(torch.rand(a.shape[:3] + (1,), generator=g) < 0.1, (a + 1) % 128, a)
+    b[torch.rand(a.shape[:3], generator=g) < 0.01] = -1
+    mask = torch.ones(a.shape[:2])
+    times = run_times(lambda: routing_vector(mask, a, b), reps)
+    med, low = statistics.median(times) * 1e3, min(times) * 1e3
+    print(f"routing counts, {tokens} tokens x {L} layers x top-{K} (int32): {med:.1f} / {low:.1f} ms, "
+          f"{low * 1e6 / (tokens * L):.0f} ns per (token, layer) pair")
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--sizes", default="1M,8M,32M", help="comma-separated token counts: 1M, 8M, 32M, or nM")
@@ -309,6 +330,9 @@ def parse_args() -> argparse.Namespace:
                     help="row layout: right-padded (default), left-padded, or none (dense rows, every token valid)")
     ap.add_argument("--clock", choices=sorted(CLOCK), default="wall", help="wall clock (default) or process CPU "
                     "time (all threads; leaves out descheduled waits on a shared machine)")
+    ap.add_argument("--routing", default="", help="also time observe_loss's MoE routing counts (routed_experts, "
+                    "sampler_routed_experts) on TOKENS,L,k int32 ids, e.g. 64K,48,8: a pass of their own (the float "
+                    "pass above does not read them)")
     ap.add_argument("--_memory", type=int, help=argparse.SUPPRESS)
     return ap.parse_args()
 
@@ -335,6 +359,8 @@ def main() -> None:
     for label, tokens in parse_sizes(args.sizes):
         row = time_size(tokens, args.reps, names, not args.no_trainer, args.spread, args.sampler, args.padding)
         print_row(label, row, None if args.no_memory else memory_in_subprocess(tokens, args.threads))
+    if args.routing:
+        time_routing(args.routing, args.reps)
     rows = min(max(tokens for _, tokens in parse_sizes(args.sizes)) // T, bk.CompiledBackend.block // T)
     nf = len(TOKEN_FIELDS)
     print(f"backend buffers (analytic): native {nf} float64 per thread plus {nf} (and 4 KiB of stack per thread); "

@@ -125,7 +125,8 @@ class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
                      old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
-                     entropy: Any = None, loss: Any = None, rows: Any = None) -> None:
+                     entropy: Any = None, loss: Any = None, rows: Any = None, routed_experts: Any = None,
+                     sampler_routed_experts: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
         ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it generated
@@ -134,7 +135,8 @@ class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
         micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are untouched);
         without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest
-        ``observe_rollout``'s rows (flat order), for the per-group weights.
+        ``observe_rollout``'s rows (flat order), for the per-group weights. ``routed_experts`` (the trainer's) and
+        ``sampler_routed_experts`` (the engine's) ``(B, T, L, k)``: top-k experts per token and layer (``grpo/moe/*``).
         """
         got = observe.loss_input(self.config, **{k: v for k, v in locals().items() if k != "self"})  # the table's
         self._acc.add_call("observe_loss", **got.tensors, mask=got.mask, loss=got.loss)
@@ -211,9 +213,7 @@ class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
         """Stage 1 (:func:`grpo_monitor.step.sync.sync_step`; on several ranks every one sends the token slots); the
         synced rollouts count as checked from here (their evaluation follows at once)."""
         if final and self._token_layout is None and rank_and_world()[1] > 1:
-            from .stats.tokens import TOKEN_FIELDS
-
-            self._token_layout = FieldLayout(TOKEN_FIELDS)
+            self._token_layout = FieldLayout(observe.LOSS_FIELDS)  # the token slots, then the routing counts
         synced = sync_step(self._acc, self._token_layout, global_scope=self.config.rollout_scope == "global",
                            final=final, collective=collective, weights=self._weights.flat() if final else None)
         self._acc.mark_checked(synced.rollout_vec, len(self._acc.rollouts))

@@ -188,7 +188,7 @@ def _observe(state: Attachment, monitor: GRPOMonitor, call: Call, out: dict) -> 
     advantages = out["advantages"]
     monitor.observe_rollout(rewards, group_ids=gid, lengths=lengths,
                             advantages=outcome_rows(actor.config, out) if check else None,
-                            **rollout_sampler_inputs(actor.config, mask))
+                            **rollout_sampler_inputs(actor.config, mask), **row_versions(actor, out))
     _check_lag(state, monitor, call.declared.policy_lag)
     kl = out["kl_rewards"] / -float(actor.kl_ctl) if float(actor.kl_ctl) != 0 else None
     monitor.observe_loss(mask=mask, **logprob_inputs(call.before, out),
@@ -312,6 +312,26 @@ def rollout_sampler_inputs(config: Any, loss_mask: torch.Tensor) -> dict[str, to
     """
     limit = getattr(config, "max_new_tokens", None)
     return {} if limit is None else {"truncated": loss_mask.sum(-1) >= int(limit)}
+
+
+def row_versions(actor: Any, batch: dict) -> dict[str, Any]:
+    """``policy_version`` / ``trained_version`` from AReaL's per-token ``versions`` (-1 on prompt tokens) and the
+    actor's ``engine.get_version()``: a row's version is its oldest generated token's (AReaL's head
+    offpolicyness, which ``max_head_offpolicyness`` bounds); a row without one counts as current. Nothing when
+    either is missing.
+
+    >>> from types import SimpleNamespace as NS
+    >>> v = row_versions(NS(engine=NS(get_version=lambda: 7)), {"versions": torch.tensor([[-1, 5, 6], [-1, -1, -1]])})
+    >>> v["policy_version"].tolist(), v["trained_version"]
+    ([5, 7], 7)
+    """
+    versions, get_version = batch.get("versions"), getattr(getattr(actor, "engine", None), "get_version", None)
+    if versions is None or not callable(get_version):
+        return {}
+    trained = int(get_version())
+    top = torch.iinfo(torch.int64).max
+    head = torch.where(versions >= 0, versions.long(), top).amin(-1)
+    return {"policy_version": torch.where(head == top, trained, head), "trained_version": trained}
 
 
 def policy_lag(config: Any) -> int | None:

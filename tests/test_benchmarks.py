@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 SMOKE = {
     "bench_rollout.py": ["--responses", "4096", "--reps", "1"],
-    "bench_loss.py": ["--sizes", "1M", "--reps", "1", "--backends", "eager", "--no-memory", "--no-trainer"],
+    "bench_loss.py": ["--sizes", "1M", "--reps", "1", "--backends", "eager", "--no-memory", "--no-trainer",
+                      "--routing", "1K,4,2"],
     "roofline_tokens.py": ["--tokens", "1M", "--reps", "1", "--rounds", "1"],
     "bench_long_line.py": ["--sizes", "1", "--dir", "{tmp}"],
     "bench_weights.py": ["--steps", "2"],
@@ -25,6 +26,7 @@ SMOKE = {
     "mismatch_calibration.py": ["--steps", "3", "--rows", "4", "--tokens", "6", "--skip-fp32"],
     "universal_calibration.py": ["--seeds", "1"],
     "drop_bias_calibration.py": ["--trials", "5"],
+    "moe_routing_calibration.py": ["--seeds", "1", "--batch", "2", "--seq", "8", "--lrs", "1e-4", "--sharp", "1"],
     "bench_health.py": ["--questions", "2000", "--steps", "5"],
     "health_calibration.py": ["--runs", "healthy-group-grpo", "--steps", "2"],
     "soak_memory.py": ["--steps", "40", "--every", "20", "--groups", "8", "--questions", "100",

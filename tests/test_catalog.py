@@ -58,10 +58,12 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     u = ref - logprobs.detach()
     tok_adv = adv.reshape(-1, 1).expand(-1, 5)
     loss = -(tok_adv * logprobs * mask).sum() / mask.sum()  # measured token weights: the grpo/weights/ keys
+    routed = torch.randint(0, 6, (8 * G, 5, 3, 1), generator=gen)  # MoE routing: 3 layers, top-1 of 6 experts
     mon.observe_loss(mask=mask, advantages=tok_adv, logprobs=logprobs,
                      ref_logprobs=ref, old_logprobs=logprobs.detach() + 0.01, kl=u.exp() - u - 1, loss=loss,
                      sampler_logprobs=logprobs.detach() + 0.01 + 0.01 * torch.randn(8 * G, 5, generator=gen),
-                     entropy=torch.rand(8 * G, 5, generator=gen))
+                     entropy=torch.rand(8 * G, 5, generator=gen), routed_experts=routed,
+                     sampler_routed_experts=torch.where(torch.rand(8 * G, 5, 3, 1, generator=gen) < 0.2, -1, routed))
     return mon.end_step()
 
 

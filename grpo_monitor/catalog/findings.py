@@ -218,6 +218,48 @@ _LENGTH = Finding(
     }),
 )
 
+_ROUTING = Finding(
+    name="routing_disagreement", severity="degraded", patience=3,
+    meaning="The trainer and the inference engine route the same tokens to different MoE experts more often than "
+            "numerical noise does (the figure is grpo/moe/agreement: the share of (token, layer) pairs with the "
+            "same expert set); the policy trained is not the one that sampled, the instability of MoE GRPO runs.",
+    evidence=("grpo/moe/agreement", "grpo/moe/topk_overlap", "grpo/moe/agreement_layer_min",
+              "grpo/moe/replay_fallback_frac", "grpo/mismatch/k3_mean"),
+    causes=("the engine's weights are stale (not synced after the optimizer step) or another checkpoint's",
+            "a layer whose router the engine computes differently (dtype, fused kernel, expert bias)",
+            "a long policy lag in an asynchronous trainer"),
+    remedies=types.MappingProxyType({
+        "verl": ("router replay: `router_replay.mode=R3` in the actor's Megatron engine config",
+                 "check the rollout weight sync"),
+        "areal": ("router replay (R3) where the engine returns routed experts", "lower `max_head_offpolicyness`"),
+        "api": ("router replay (R3): replay the engine's experts in the trainer's forward",
+                "check that the engine's weights are synced after every optimizer step",
+                "compute the router in float32 on both sides"),
+    }),
+)
+
+_STALENESS = Finding(
+    name="staleness_bias", severity="degraded", patience=2,
+    meaning="The rows dropped for staleness differ from the kept ones in reward, pass rate or length beyond noise, "
+            "step after step: the drop trains on a biased sample, typically the fast, easy problems (the figure is "
+            "the largest |z| of dropped minus kept, pooled over the recent steps with drops).",
+    evidence=("grpo/offpolicy/drop_reward_z", "grpo/offpolicy/drop_pass_z", "grpo/offpolicy/drop_length_z",
+              "grpo/offpolicy/dropped_frac", "grpo/offpolicy/dropped_reward_mean", "grpo/offpolicy/kept_reward_mean"),
+    unit="standard errors",
+    causes=("slow generations (long, hard problems) exceed the staleness bound and are dropped",
+            "a staleness bound tighter than the generation time of the hard problems"),
+    remedies=types.MappingProxyType({
+        "verl": ("raise the staleness bound of the fully-async trainer (async_training.staleness_threshold of "
+                 "its experimental config)",
+                 "partial rollouts, so long generations resume on new weights instead of being dropped"),
+        "areal": ("raise `max_head_offpolicyness`", "keep stale rows with a decoupled (proximal) loss instead of "
+                                                    "dropping them"),
+        "api": ("keep stale rows and correct them with importance weights instead of dropping them",
+                "raise the staleness bound", "abort and resume long generations on the new weights"),
+    }),
+)
+
 #: Every finding, by name, in display order.
 FINDINGS: Mapping[str, Finding] = types.MappingProxyType({f.name: f for f in (
-    _DEGENERATE, _SUPPLY, _TRUNCATION, _ZERO_GRADIENT, _COLLAPSE, _EXPLOSION, _PLATEAU, _MISMATCH, _LENGTH)})
+    _DEGENERATE, _SUPPLY, _TRUNCATION, _ZERO_GRADIENT, _COLLAPSE, _EXPLOSION, _PLATEAU, _MISMATCH, _LENGTH, _ROUTING,
+    _STALENESS)})

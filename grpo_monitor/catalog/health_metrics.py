@@ -45,4 +45,6 @@ _ONLY_WHEN = {
     "mismatch_drift": "sampler log-probs are observed (observe_loss(sampler_logprobs=))",
     "length_bias": "lengths are observed (observe_rollout(lengths=)) and both sides of the group mean have rows",
     "truncation_dominated": "truncation is known (observe_rollout(truncated=) or lengths with max_response_length)",
+    "routing_disagreement": "routed experts are observed (observe_loss(routed_experts=, sampler_routed_experts=))",
+    "staleness_bias": "dropped rows are observed (observe_generation(dropped=)) on two steps, 8 rows each side",
 }

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from ..invariants import INVARIANTS
 from .families import FAMILIES
 from .health_metrics import health_entries
+from .moe_metrics import moe_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -61,7 +62,7 @@ SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Groups", ("grpo/groups/", "grpo/reward/", "grpo/rows/", "grpo/questions", "grpo/offpolicy/")),
     ("Advantages", ("grpo/adv/", "grpo/estimator", "grpo/convention")),
     ("KL", ("grpo/kl/", "grpo/ratio/", "grpo/seq_ratio/")),
-    ("Mismatch", ("grpo/mismatch/",)),
+    ("Mismatch", ("grpo/mismatch/", "grpo/moe/")),
     ("Entropy", ("grpo/entropy/",)),
     ("Sampling", ("grpo/sampling/",)),
     ("Invariants", ("grpo/invariants/", "grpo/violations", "grpo/trainer_metrics/")),
@@ -328,8 +329,8 @@ def _monitor_and_integrations() -> list[Metric]:
 def _catalogue() -> Mapping[str, Metric]:
     families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
     entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *families, *mismatch_entries(),
-               *_sampling(), *_invariants(), *_tokens(), *weight_entries(), *_monitor_and_integrations(),
-               *health_entries()]
+               *moe_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+               *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order
     out: dict[str, Metric] = {}

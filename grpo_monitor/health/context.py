@@ -34,6 +34,13 @@ THRESHOLDS: Mapping[str, float] = {
     "plateau_z": 1.0,  # improvement, in standard errors, below which the reward is on a plateau
     "mismatch_rise": 2.0,  # k3 now / at the start above which a climbing mismatch counts
     "length_log_ratio": 0.405,  # |log(length above / length below)| (1.5x) a length bias reaches
+    # routing (docs/async_moe.md): bf16 against float32 of one tiny MoE disagrees on 1.6-1.9% (16 experts, top-4) or
+    # 4.5% (64, top-8) of the pairs at every seed; weights one lr=1e-4 AdamW step apart on 24-52%; another model ~100%
+    "routing_rise": 3.0,  # disagreement (1 - agreement) now / at the start at which routing is not noise
+    "routing_margin": 0.01,  # ... and at least this far above the start
+    "routing_floor": 0.5,  # agreement below which routing is never noise
+    # staleness drop (docs/async_moe.md): pooled (Stouffer) |z| of dropped minus kept over the recent steps with drops
+    "drop_z": 4.0, "drop_window": 8, "drop_min_steps": 2,
 }
 
 

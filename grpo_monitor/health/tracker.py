@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..catalog.findings import FINDINGS, SEVERITIES
-from . import trends, waste
+from . import offpolicy, trends, waste
 from .context import Context, Evaluation, Inputs
 from .memory import Memory
 from .state import STATUS_KEY, STATUS_OF, FindingState, HealthUpdate, QuestionSupply
@@ -33,7 +33,8 @@ RULES: Mapping[str, Rule] = {
     "truncation_dominated": waste.truncation_dominated, "zero_gradient_steps": waste.zero_gradient_steps,
     "entropy_collapse": trends.entropy_collapse, "entropy_explosion": trends.entropy_explosion,
     "reward_plateau": trends.reward_plateau, "mismatch_drift": trends.mismatch_drift,
-    "length_bias": trends.length_bias,
+    "length_bias": trends.length_bias, "routing_disagreement": offpolicy.routing_disagreement,
+    "staleness_bias": offpolicy.staleness_bias,
 }
 
 #: What a recording lacking a finding's first evidence key cannot show (``unsupported``).
@@ -70,6 +71,7 @@ class HealthTracker:
         x = Inputs(metrics, self.memory, self.context, seconds, supply)
         out = waste.fold(x)
         trends.fold(x)
+        offpolicy.fold(x)
         if supply is not None:
             out.update({f"grpo/health/supply_{k}_frac": v for k, v in supply.shares().items()})
         opened: list[str] = []

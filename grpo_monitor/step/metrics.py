@@ -175,11 +175,16 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
                                                                           rollout)))
     if ledger and ledger.get("generation_batches", 0) > 0:
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
+    moe: dict[str, list[float]] = {}
     if tokens is not None:
-        from ..stats.tokens import token_metrics
+        from ..stats.routing import routing_metrics
+        from ..stats.tokens import TOKEN_FIELDS, token_metrics
 
-        metrics.update(token_metrics(list(tokens.values()), mismatch_mask))  # the dict keeps TOKEN_FIELDS order
-    report = StepReport(step, metrics, list(violations), failed=failed)
+        values = list(tokens.values())[:len(TOKEN_FIELDS)]  # the dict keeps TOKEN_FIELDS order, routing after
+        metrics.update(token_metrics(values, mismatch_mask))
+        routing, moe = routing_metrics(tokens)
+        metrics.update(routing)
+    report = StepReport(step, metrics, list(violations), failed=failed, histograms=moe)
     report.estimator = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))
     if run is not None:

@@ -16,8 +16,14 @@ import torch
 from ..config import MonitorConfig
 from ..stats.groups import group_reward_stats
 from ..stats.rollout import rollout_stats
+from ..stats.routing import ROUTING_FIELDS, ROUTING_LAYOUT, routing_vector, validate_routing
+from ..stats.tokens.table import TOKEN_FIELDS
 from . import inputs
 from .accumulator import LEDGER, GenerationRecord, RolloutRecord
+
+#: The slots of ``observe_loss``'s vector: the fused token pass's, then the MoE routing counts.
+LOSS_FIELDS = (*TOKEN_FIELDS, *ROUTING_FIELDS)
+_EMPTY_ROUTING: dict[torch.device, torch.Tensor] = {}
 
 
 def rollout_input(config: MonitorConfig, rewards: Any, *, group_ids: Any = None, advantages: Any = None,
@@ -110,7 +116,7 @@ class LossInput:
     mask: torch.Tensor
     tensors: dict[str, torch.Tensor]  # the token tensors given (detached), by argument name
     vec: torch.Tensor  # token sufficient statistics, laid out as ``fields``
-    fields: Any  # ``grpo_monitor.stats.tokens.TOKEN_FIELDS``
+    fields: Any  # ``LOSS_FIELDS``
     loss: torch.Tensor | None  # on its autograd graph, for the measured weights
     rows: torch.Tensor | None
     logprobs: torch.Tensor | None  # as given (with grad), for the measured weights
@@ -124,19 +130,40 @@ class LossInput:
         return self.mask, trainer, self.tensors["sampler_logprobs"]
 
 
-def loss_input(config: MonitorConfig, *, mask: Any, loss: Any = None, rows: Any = None,
-               **token_tensors: Any) -> LossInput:
+def loss_input(config: MonitorConfig, *, mask: Any, loss: Any = None, rows: Any = None, routed_experts: Any = None,
+               sampler_routed_experts: Any = None, **token_tensors: Any) -> LossInput:
     """``observe_loss``'s arguments checked (``token_tensors``: advantages, logprobs, ..., None skipped);
-    the micro-batch's token statistics, computed on the device."""
+    the micro-batch's token statistics, computed on the device, laid out by ``LOSS_FIELDS`` (the token slots,
+    then the routing counts of ``routed_experts`` / ``sampler_routed_experts``: :mod:`grpo_monitor.stats.routing`)."""
     from ..stats import tokens as tok  # imported when first used (and replaceable in tests)
 
     raw_logprobs, loss_t, rows_t = token_tensors.get("logprobs"), inputs.loss_arg(loss), inputs.rows_arg(rows, mask)
     tensors: dict[str, Any] = {k: inputs.as_tensor(v, k) for k, v in token_tensors.items() if v is not None}
     mask_t = inputs.as_tensor(mask, "mask")
+    routed = _routing(mask_t, routed_experts, sampler_routed_experts)
     with inputs.boundary():
         tok.validate_token_inputs(mask_t, **tensors)
     vec = tok.token_sufficient_stats(
         mask_t, clip_range=config.clip_range, kl_clamp=config.kl_clamp, entropy_low=config.entropy_low_threshold,
         mismatch_band=(config.mismatch_ratio_low, config.mismatch_ratio_high), **tensors)
-    return LossInput(mask_t, tensors, vec, tok.TOKEN_FIELDS, loss_t, rows_t,
+    vec = torch.cat([vec, routing_vector(mask_t, *routed) if routed else _empty_routing(vec.device)])
+    return LossInput(mask_t, tensors, vec, LOSS_FIELDS, loss_t, rows_t,
                      raw_logprobs if isinstance(raw_logprobs, torch.Tensor) else None)
+
+
+def _routing(mask: torch.Tensor, routed: Any, sampler: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``routed_experts`` and ``sampler_routed_experts`` as tensors, checked against ``mask`` (None: not given)."""
+    if routed is None and sampler is None:
+        return None
+    a = inputs.as_tensor(routed, "routed_experts") if routed is not None else None
+    b = inputs.as_tensor(sampler, "sampler_routed_experts") if sampler is not None else None
+    with inputs.boundary():
+        validate_routing(mask, a, b)
+    assert a is not None and b is not None
+    return a.detach(), b.detach()
+
+
+def _empty_routing(device: torch.device) -> torch.Tensor:
+    if device not in _EMPTY_ROUTING:
+        _EMPTY_ROUTING[device] = ROUTING_LAYOUT.empty(device)
+    return _EMPTY_ROUTING[device]

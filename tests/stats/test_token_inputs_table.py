@@ -13,9 +13,10 @@ from grpo_monitor.stats.tokens.arguments import TENSOR_NAMES
 
 
 def test_observe_loss_keywords_are_the_table_plus_loss_and_rows():
-    """GRPOMonitor.observe_loss spells out its keywords; they are the table's names, then loss and rows."""
+    """GRPOMonitor.observe_loss spells out its keywords; they are the table's names, then loss and rows, then the
+    MoE routing ids (integer ``(B, T, L, k)`` tensors with a pass of their own, :mod:`grpo_monitor.stats.routing`)."""
     params = [p for p in inspect.signature(GRPOMonitor.observe_loss).parameters if p != "self"]
-    assert params == [i.name for i in TOKEN_INPUTS] + ["loss", "rows"]
+    assert params == [i.name for i in TOKEN_INPUTS] + ["loss", "rows", "routed_experts", "sampler_routed_experts"]
 
 
 def test_the_op_schema_and_the_c_header_list_the_tensors_in_table_order():

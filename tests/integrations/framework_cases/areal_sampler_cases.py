@@ -84,7 +84,26 @@ def decoupled_with_a_strict_monitor() -> dict:
         gar.detach()
 
 
+def versions() -> dict:
+    """AReaL's per-token ``versions`` (rows generated over versions 3-7, the actor's engine at version 7: the one
+    method of AReaL's engine the integration reads, ``get_version``) -> the rows' ages."""
+    a = actor(*NORMS["grpo"], max_new_tokens=MAX_NEW)
+    a.engine = type("VersionedEngine", (), {"get_version": lambda self: 7})()
+    data = batch(recomputed=False)
+    head = 7 - torch.arange(len(data["rewards"])) % 5  # row i's oldest generated token: version 7 - i % 5
+    data["versions"] = torch.where(data["loss_mask"] > 0, head[:, None], -1).int()
+    att = gar.attach(config=MonitorConfig(**config_kwargs()))
+    try:
+        a._compute_advantages(data)
+        m = att.reports[-1].metrics
+        return {"metrics": {k: v for k, v in m.items() if k.startswith("grpo/offpolicy/")},
+                "heads": head.tolist()}
+    finally:
+        gar.detach()
+
+
 CASES = {
+    "versions": versions,
     "recompute": sampler_side,
     "recompute_shifted_by_one": lambda: sampler_side("shift"),
     "decoupled": lambda: sampler_side(use_decoupled_loss=True),
