@@ -1,0 +1,270 @@
+"""The monitor's whole per-step cost, part by part, on a real TRL step and on a plain loop (run it by hand).
+
+    .venv/bin/python benchmarks/bench_step.py [--groups 4 8 16] [--prompts 8 32 64] [--steps 8] [--repeats 2]
+
+``trl``: a real ``GRPOTrainer`` (the tests' tiny 2-layer Llama, built offline; 8 completion tokens, ``beta``
+0.04) with ``grpo_monitor.integrations.trl.attach``; its step time is TRL's own (generation, rewards, loss,
+optimizer). ``loop``: the same monitor calls a hand-written loop makes (``observe_rollout`` with question ids and
+lengths, one ``observe_loss`` with the loss, ``end_step``) on synthetic tensors of the same shapes.
+
+How it times: for the run only, the functions named in ``PARTS`` are wrapped (``install``) in a timer that keeps
+a stack, so each part's time is its own, the parts it calls excluded (``time.perf_counter``). Nothing in the
+package knows about it: with the benchmark not running, the cost is zero. ``integration`` is the TRL hooks' own
+work (gathering rewards, TRL's truncation test, the trainer-metric pairing); ``monitor`` is the sum of every
+part. Each configuration runs ``--repeats`` times after one warm-up step per run; a part's figure is the
+minimum over the repeats of its mean per step (the machine is shared: the minimum is the least disturbed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parts() -> dict[str, list[tuple[Any, str]]]:
+    """Each part of a step and the (owner, attribute) callables whose own time counts as it."""
+    from grpo_monitor import monitor as mon
+    from grpo_monitor.health.live import LiveHealth
+    from grpo_monitor.run.questions import QuestionTracker
+    from grpo_monitor.run.state import RunState
+    from grpo_monitor.sinks.dispatch import SinkSet
+    from grpo_monitor.stats import tokens
+    from grpo_monitor.step import observe
+    from grpo_monitor.step.weights import LossWeights
+
+    cls = mon.GRPOMonitor
+    table = {
+        "input boundary": [(cls, "observe_rollout"), (cls, "observe_loss"), (cls, "observe_generation"),
+                           (cls, "add_metrics")],
+        "rollout statistics": [(observe, "rollout_stats")],
+        "estimator judgement": [(mon, "check_rollout")],
+        "token pass": [(tokens, "token_sufficient_stats"), (mon, "token_violations")],
+        "weights": [(LossWeights, "observe"), (LossWeights, "check"), (LossWeights, "end_step")],
+        "sync": [(mon, "sync_step")],
+        "run state": [(RunState, "update")],
+        "history": [(QuestionTracker, "update")],
+        "report": [(mon, "assemble_report"), (cls, "end_step")],
+        "health": [(LiveHealth, "evaluate")],
+        "sinks": [(SinkSet, "emit")],
+    }
+    try:
+        from grpo_monitor.integrations._trl_hooks import TRLHooks
+        from grpo_monitor.integrations.hf import MonitorCallback
+    except ImportError:
+        return table
+    table["integration"] = [(TRLHooks, "_observe_rollout"), (TRLHooks, "_observe_loss"), (TRLHooks, "_pair_loss"),
+                            (TRLHooks, "_tag_rows"), (TRLHooks, "audit_window"), (TRLHooks, "step_metrics"),
+                            (MonitorCallback, "on_step_end")]
+    return table
+
+
+class Timer:
+    """Own (exclusive) seconds per part: a stack of running parts, each paused while a nested part runs."""
+
+    def __init__(self) -> None:
+        self.own: dict[str, float] = defaultdict(float)
+        self._stack: list[list[Any]] = []  # [part, start of its current own stretch]
+
+    def wrap(self, part: str, fn: Callable) -> Callable:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            now = time.perf_counter()
+            if self._stack:
+                outer = self._stack[-1]
+                self.own[outer[0]] += now - outer[1]
+            self._stack.append([part, now])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                name, start = self._stack.pop()
+                self.own[name] += end - start
+                if self._stack:
+                    self._stack[-1][1] = end
+
+        timed.__wrapped__ = fn  # type: ignore[attr-defined]
+        return timed
+
+    def take(self) -> dict[str, float]:
+        own, self.own = dict(self.own), defaultdict(float)
+        return own
+
+
+@contextmanager
+def install(timer: Timer) -> Iterator[None]:
+    """Wrap every callable of ``parts()`` for the block; put the originals back after it."""
+    saved = []
+    for part, points in parts().items():
+        for owner, name in points:
+            original = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
+            saved.append((owner, name, original))
+            setattr(owner, name, timer.wrap(part, original))
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)
+
+
+# ------------------------------------------------------------------ TRL
+def trl_run(model: str, folder: Path, G: int, prompts: int, steps: int, timer: Timer) -> tuple[dict, float]:
+    """Per-step own seconds per part and TRL's step seconds (means over ``steps``, the first step left out)."""
+    import transformers
+
+    from grpo_monitor import MonitorConfig
+    from grpo_monitor.integrations import trl as gtrl
+
+    sys.path.insert(0, str(REPO / "tests" / "integrations"))
+    from tiny_trl import make_trainer
+
+    transformers.logging.set_verbosity_error()
+    texts = tuple(f"q{i} spell a" for i in range(prompts))
+    trainer = make_trainer(model, folder, prompts=texts, dataset_size=prompts * (steps + 1), num_generations=G,
+                           per_device_train_batch_size=prompts * G, max_steps=steps + 1, logging_steps=1)
+    gtrl.attach(trainer, config=MonitorConfig(table_every=10**9), sinks=None)
+    marks: list[tuple[float, dict]] = []
+
+    class Marks(transformers.TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):  # after the monitor's own on_step_end
+            marks.append((time.perf_counter(), timer.take()))
+
+    trainer.add_callback(Marks())
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        trainer.train()  # TRL prints its logs and a warning per unscorable row
+    return _per_step(marks[1:], [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)])
+
+
+def _per_step(marks: list[tuple[float, dict]], step_seconds: list[float]) -> tuple[dict, float]:
+    total: dict[str, float] = defaultdict(float)
+    for _, own in marks:
+        for part, s in own.items():
+            total[part] += s
+    n = max(len(marks), 1)
+    return {p: s / n for p, s in total.items()}, sum(step_seconds) / max(len(step_seconds), 1)
+
+
+# ----------------------------------------------------------------- loop
+def loop_run(G: int, prompts: int, steps: int, timer: Timer, estimator: str | None = None,
+             tokens: int = 8) -> tuple[dict, float]:
+    """The plain loop's per-step own seconds per part (its step time: the monitor's, nothing else runs).
+
+    ``estimator``: a registry entry that makes the advantages, left for the monitor to identify
+    (``std_convention="auto"``); None: TRL's Bessel z-score, declared."""
+    from grpo_monitor import GRPOMonitor, MonitorConfig
+
+    mon = GRPOMonitor(MonitorConfig(group_size=G, table_every=10**9,
+                                    std_convention="auto" if estimator else "trl.group"))
+    gen = torch.Generator().manual_seed(0)
+    marks = []
+    for step in range(steps + 1):
+        batch = _loop_batch(G, prompts, tokens, gen, step, estimator)
+        timer.take()
+        t0 = time.perf_counter()
+        mon.observe_rollout(batch["rewards"], advantages=batch["adv"], question_ids=batch["questions"],
+                            lengths=batch["lengths"])
+        mon.observe_loss(mask=batch["mask"], advantages=batch["adv"], logprobs=batch["logprobs"],
+                         old_logprobs=batch["old"], ref_logprobs=batch["ref"], loss=batch["loss"])
+        report = mon.end_step()
+        marks.append((time.perf_counter() - t0, timer.take()))
+        assert not report.violations, report.violations
+    return _per_step(marks[1:], [m[0] for m in marks[1:]])
+
+
+def _loop_batch(G: int, prompts: int, T: int, gen: torch.Generator, step: int, estimator: str | None) -> dict:
+    """Binary rewards, advantages (TRL's Bessel z-score, or ``estimator``'s), token tensors, a token-mean loss."""
+    from grpo_monitor.estimators.registry import ESTIMATORS
+
+    r = (torch.rand(prompts, G, generator=gen) < torch.rand(prompts, 1, generator=gen)).float()
+    adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).reshape(-1)
+    if estimator is not None:
+        gid = torch.arange(prompts).repeat_interleave(G)
+        adv = torch.as_tensor(ESTIMATORS[estimator](r.reshape(-1).double().numpy(), gid.numpy()), dtype=torch.float32)
+    n = prompts * G
+    lengths = torch.randint(1, T + 1, (n,), generator=gen)
+    mask = (torch.arange(T) < lengths[:, None]).float()
+    old = -torch.rand(n, T, generator=gen) * 3
+    logprobs = (old + 0.01 * torch.randn(n, T, generator=gen)).requires_grad_()
+    ref = old + 0.02 * torch.randn(n, T, generator=gen)
+    ratio = torch.exp(logprobs - old)
+    loss = -((ratio * adv[:, None]) * mask).sum() / mask.sum()
+    questions = [f"q{(step * prompts + i) % (4 * prompts)}" for i in range(prompts)]
+    return dict(rewards=r.reshape(-1), adv=adv, questions=[q for q in questions for _ in range(G)],
+                lengths=lengths, mask=mask, logprobs=logprobs, old=old, ref=ref, loss=loss)
+
+
+# ---------------------------------------------------------------- table
+ORDER = ("input boundary", "rollout statistics", "estimator judgement", "token pass", "weights", "sync", "run state",
+         "history", "report", "health", "sinks", "integration")
+
+
+def measure(kind: str, G: int, prompts: int, steps: int, repeats: int, model: str | None,
+            estimator: str | None = None) -> tuple[dict, float]:
+    """Minimum over ``repeats`` runs of each part's mean own ms per step, and of the step ms."""
+    best: dict[str, float] = {}
+    best_step = float("inf")
+    for _ in range(repeats):
+        timer = Timer()
+        with install(timer), tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
+            if kind == "trl":
+                assert model is not None
+                own, step_s = trl_run(model, Path(scratch), G, prompts, steps, timer)
+            else:
+                own, step_s = loop_run(G, prompts, steps, timer, estimator if kind == "loop-auto" else None)
+        own["monitor"] = sum(own.values())
+        for part, s in own.items():
+            best[part] = min(best.get(part, float("inf")), s * 1e3)
+        best_step = min(best_step, step_s * 1e3)
+    return best, best_step
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--groups", type=int, nargs="+", default=[4, 8, 16], help="G, completions per prompt")
+    parser.add_argument("--prompts", type=int, nargs="+", default=[8, 32, 64], help="prompts per step")
+    parser.add_argument("--steps", type=int, default=8, help="timed steps per run (after one warm-up step)")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per configuration (the minimum is printed)")
+    parser.add_argument("--kinds", nargs="+", default=["trl", "loop", "loop-auto"], choices=["trl", "loop", "loop-auto"])
+    parser.add_argument("--estimator", default="nemo_rl.grpo",
+                        help="loop-auto: the registry entry making the advantages, identified by the monitor")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    model = None
+    with tempfile.TemporaryDirectory(prefix="bench-step-model-") as scratch:
+        if "trl" in args.kinds:
+            sys.path.insert(0, str(REPO / "tests" / "integrations"))
+            from tiny_trl import build_tiny_model
+
+            model = build_tiny_model(Path(scratch) / "model")
+        cols = ("kind", "G", "prompts", "step ms", "monitor ms", "share") + ORDER
+        print(" | ".join(cols))
+        for kind in args.kinds:
+            for G in args.groups:
+                for prompts in args.prompts:
+                    own, step_ms = measure(kind, G, prompts, args.steps, args.repeats, model, args.estimator)
+                    share = f"{own['monitor'] / step_ms:.0%}" if kind == "trl" else "-"
+                    row = [kind, str(G), str(prompts), f"{step_ms:.1f}", f"{own['monitor']:.2f}", share]
+                    row += [f"{own.get(p, 0.0):.2f}" for p in ORDER]
+                    print(" | ".join(row), flush=True)
+    print(f"ms per step; each figure the minimum over {args.repeats} runs of its mean over {args.steps} steps; "
+          "'step ms' for trl is TRL's whole step (monitor included), for loop the monitor's calls")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
