@@ -11,8 +11,9 @@ How it times: for the run only, the functions named in ``PARTS`` are wrapped (``
 a stack, so each part's time is its own, the parts it calls excluded (``time.perf_counter``). Nothing in the
 package knows about it: with the benchmark not running, the cost is zero. ``integration`` is the TRL hooks' own
 work (gathering rewards, TRL's truncation test, the trainer-metric pairing); ``monitor`` is the sum of every
-part. Each configuration runs ``--repeats`` times after one warm-up step per run; a part's figure is the
-minimum over the repeats of its mean per step (the machine is shared: the minimum is the least disturbed).
+part. Each configuration runs ``--repeats`` times (one warm-up step per run left out); the parts printed are those of
+the least-disturbed step over all runs (the smallest monitor total: on a shared machine the others are slowed by
+whoever else runs), beside the median monitor total and the median step time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import contextlib
 import io
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -123,8 +125,8 @@ def install(timer: Timer) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------ TRL
-def trl_run(model: str, folder: Path, G: int, prompts: int, steps: int, timer: Timer) -> tuple[dict, float]:
-    """Per-step own seconds per part and TRL's step seconds (means over ``steps``, the first step left out)."""
+def trl_run(model: str, folder: Path, G: int, prompts: int, steps: int, timer: Timer) -> list[tuple[dict, float]]:
+    """Per step (the first left out): own seconds per part and TRL's step seconds."""
     import transformers
 
     from grpo_monitor import MonitorConfig
@@ -150,18 +152,14 @@ def trl_run(model: str, folder: Path, G: int, prompts: int, steps: int, timer: T
     return _per_step(marks[1:], [b[0] - a[0] for a, b in zip(marks, marks[1:], strict=False)])
 
 
-def _per_step(marks: list[tuple[float, dict]], step_seconds: list[float]) -> tuple[dict, float]:
-    total: dict[str, float] = defaultdict(float)
-    for _, own in marks:
-        for part, s in own.items():
-            total[part] += s
-    n = max(len(marks), 1)
-    return {p: s / n for p, s in total.items()}, sum(step_seconds) / max(len(step_seconds), 1)
+def _per_step(marks: list[tuple[float, dict]], step_seconds: list[float]) -> list[tuple[dict, float]]:
+    """Each timed step's own seconds per part, and its step seconds."""
+    return [(own, sec) for (_, own), sec in zip(marks, step_seconds, strict=True)]
 
 
 # ----------------------------------------------------------------- loop
 def loop_run(G: int, prompts: int, steps: int, timer: Timer, estimator: str | None = None,
-             tokens: int = 8) -> tuple[dict, float]:
+             tokens: int = 8) -> list[tuple[dict, float]]:
     """The plain loop's per-step own seconds per part (its step time: the monitor's, nothing else runs).
 
     ``estimator``: a registry entry that makes the advantages, left for the monitor to identify
@@ -214,23 +212,23 @@ ORDER = ("input boundary", "rollout statistics", "estimator judgement", "token p
 
 
 def measure(kind: str, G: int, prompts: int, steps: int, repeats: int, model: str | None,
-            estimator: str | None = None) -> tuple[dict, float]:
-    """Minimum over ``repeats`` runs of each part's mean own ms per step, and of the step ms."""
-    best: dict[str, float] = {}
-    best_step = float("inf")
+            estimator: str | None = None) -> tuple[dict, float, float]:
+    """Over ``repeats`` runs: the least-disturbed step (smallest monitor total; its ms per part), the median
+    monitor ms per step, and the median step ms."""
+    timed: list[tuple[dict, float]] = []
     for _ in range(repeats):
         timer = Timer()
         with install(timer), tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
             if kind == "trl":
                 assert model is not None
-                own, step_s = trl_run(model, Path(scratch), G, prompts, steps, timer)
+                timed += trl_run(model, Path(scratch), G, prompts, steps, timer)
             else:
-                own, step_s = loop_run(G, prompts, steps, timer, estimator if kind == "loop-auto" else None)
-        own["monitor"] = sum(own.values())
-        for part, s in own.items():
-            best[part] = min(best.get(part, float("inf")), s * 1e3)
-        best_step = min(best_step, step_s * 1e3)
-    return best, best_step
+                timed += loop_run(G, prompts, steps, timer, estimator if kind == "loop-auto" else None)
+    totals = [sum(own.values()) for own, _ in timed]
+    best = min(range(len(timed)), key=totals.__getitem__)
+    parts = {p: s * 1e3 for p, s in timed[best][0].items()}
+    parts["monitor"] = totals[best] * 1e3
+    return parts, statistics.median(totals) * 1e3, statistics.median(s for _, s in timed) * 1e3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,18 +249,21 @@ def main(argv: list[str] | None = None) -> int:
             from tiny_trl import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "model")
-        cols = ("kind", "G", "prompts", "step ms", "monitor ms", "share") + ORDER
+        cols = ("kind", "G", "prompts", "step ms", "monitor ms", "median", "share") + ORDER
         print(" | ".join(cols))
         for kind in args.kinds:
             for G in args.groups:
                 for prompts in args.prompts:
-                    own, step_ms = measure(kind, G, prompts, args.steps, args.repeats, model, args.estimator)
-                    share = f"{own['monitor'] / step_ms:.0%}" if kind == "trl" else "-"
-                    row = [kind, str(G), str(prompts), f"{step_ms:.1f}", f"{own['monitor']:.2f}", share]
+                    own, median, step_ms = measure(kind, G, prompts, args.steps, args.repeats, model, args.estimator)
+                    share = f"{median / step_ms:.1%}" if kind == "trl" else "-"
+                    row = [kind, str(G), str(prompts), f"{step_ms:.1f}", f"{own['monitor']:.2f}", f"{median:.2f}",
+                           share]
                     row += [f"{own.get(p, 0.0):.2f}" for p in ORDER]
                     print(" | ".join(row), flush=True)
-    print(f"ms per step; each figure the minimum over {args.repeats} runs of its mean over {args.steps} steps; "
-          "'step ms' for trl is TRL's whole step (monitor included), for loop the monitor's calls")
+    print(f"ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the parts are those of "
+          "the least-disturbed step (smallest monitor total: the machine is shared), 'median' the median monitor "
+          "total; 'step ms' (median) for trl is TRL's whole step, monitor included, for loop the monitor's calls; "
+          "'share' = median / step ms")
     return 0
 
 
