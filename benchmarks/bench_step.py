@@ -80,13 +80,14 @@ def parts() -> dict[str, list[tuple[Any, str]]]:
 class Timer:
     """Own (exclusive) seconds per part: a stack of running parts, each paused while a nested part runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock
         self.own: dict[str, float] = defaultdict(float)
         self._stack: list[list[Any]] = []  # [part, start of its current own stretch]
 
     def wrap(self, part: str, fn: Callable) -> Callable:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            now = time.perf_counter()
+            now = self.clock()
             if self._stack:
                 outer = self._stack[-1]
                 self.own[outer[0]] += now - outer[1]
@@ -94,7 +95,7 @@ class Timer:
             try:
                 return fn(*args, **kwargs)
             finally:
-                end = time.perf_counter()
+                end = self.clock()
                 name, start = self._stack.pop()
                 self.own[name] += end - start
                 if self._stack:
@@ -144,7 +145,7 @@ def trl_run(model: str, folder: Path, G: int, prompts: int, steps: int, timer: T
 
     class Marks(transformers.TrainerCallback):
         def on_step_end(self, args, state, control, **kwargs):  # after the monitor's own on_step_end
-            marks.append((time.perf_counter(), timer.take()))
+            marks.append((timer.clock(), timer.take()))
 
     trainer.add_callback(Marks())
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -173,13 +174,13 @@ def loop_run(G: int, prompts: int, steps: int, timer: Timer, estimator: str | No
     for step in range(steps + 1):
         batch = _loop_batch(G, prompts, tokens, gen, step, estimator)
         timer.take()
-        t0 = time.perf_counter()
+        t0 = timer.clock()
         mon.observe_rollout(batch["rewards"], advantages=batch["adv"], question_ids=batch["questions"],
                             lengths=batch["lengths"])
         mon.observe_loss(mask=batch["mask"], advantages=batch["adv"], logprobs=batch["logprobs"],
                          old_logprobs=batch["old"], ref_logprobs=batch["ref"], loss=batch["loss"])
         report = mon.end_step()
-        marks.append((time.perf_counter() - t0, timer.take()))
+        marks.append((timer.clock() - t0, timer.take()))
         assert not report.violations, report.violations
     return _per_step(marks[1:], [m[0] for m in marks[1:]])
 
@@ -207,17 +208,18 @@ def _loop_batch(G: int, prompts: int, T: int, gen: torch.Generator, step: int, e
 
 
 # ---------------------------------------------------------------- table
+CLOCKS = {"wall": time.perf_counter, "cpu": time.thread_time}
 ORDER = ("input boundary", "rollout statistics", "estimator judgement", "token pass", "weights", "sync", "run state",
          "history", "report", "health", "sinks", "integration")
 
 
 def measure(kind: str, G: int, prompts: int, steps: int, repeats: int, model: str | None,
-            estimator: str | None = None) -> tuple[dict, float, float]:
+            estimator: str | None = None, clock: Callable[[], float] = time.perf_counter) -> tuple[dict, float, float]:
     """Over ``repeats`` runs: the least-disturbed step (smallest monitor total; its ms per part), the median
     monitor ms per step, and the median step ms."""
     timed: list[tuple[dict, float]] = []
     for _ in range(repeats):
-        timer = Timer()
+        timer = Timer(clock)
         with install(timer), tempfile.TemporaryDirectory(prefix="bench-step-") as scratch:
             if kind == "trl":
                 assert model is not None
@@ -238,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=8, help="timed steps per run (after one warm-up step)")
     parser.add_argument("--repeats", type=int, default=2, help="runs per configuration (the minimum is printed)")
     parser.add_argument("--kinds", nargs="+", default=["trl", "loop", "loop-auto"], choices=["trl", "loop", "loop-auto"])
+    parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
+                        help="wall: time.perf_counter; cpu: this thread's CPU time (time.thread_time), which a "
+                        "shared machine's other processes do not inflate")
     parser.add_argument("--estimator", default="nemo_rl.grpo",
                         help="loop-auto: the registry entry making the advantages, identified by the monitor")
     args = parser.parse_args(argv)
@@ -254,13 +259,14 @@ def main(argv: list[str] | None = None) -> int:
         for kind in args.kinds:
             for G in args.groups:
                 for prompts in args.prompts:
-                    own, median, step_ms = measure(kind, G, prompts, args.steps, args.repeats, model, args.estimator)
+                    own, median, step_ms = measure(kind, G, prompts, args.steps, args.repeats, model, args.estimator,
+                                                   CLOCKS[args.clock])
                     share = f"{median / step_ms:.1%}" if kind == "trl" else "-"
                     row = [kind, str(G), str(prompts), f"{step_ms:.1f}", f"{own['monitor']:.2f}", f"{median:.2f}",
                            share]
                     row += [f"{own.get(p, 0.0):.2f}" for p in ORDER]
                     print(" | ".join(row), flush=True)
-    print(f"ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the parts are those of "
+    print(f"{args.clock} clock; ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the parts are those of "
           "the least-disturbed step (smallest monitor total: the machine is shared), 'median' the median monitor "
           "total; 'step ms' (median) for trl is TRL's whole step, monitor included, for loop the monitor's calls; "
           "'share' = median / step ms")
