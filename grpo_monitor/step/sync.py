@@ -57,7 +57,7 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         if token_layout is not None:
             parts.append(("tokens", token_layout, acc.tokens, False))
     vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
-    if collective and rank_and_world()[1] > 1:  # one rank: nothing to reduce (no layout or mask to build)
+    if collective:
         layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
         keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
         vec = all_reduce_fields(vec, layout, keep)
