@@ -238,8 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, nargs="+", default=[4, 8, 16], help="G, completions per prompt")
     parser.add_argument("--prompts", type=int, nargs="+", default=[8, 32, 64], help="prompts per step")
     parser.add_argument("--steps", type=int, default=8, help="timed steps per run (after one warm-up step)")
-    parser.add_argument("--repeats", type=int, default=2, help="runs per configuration (the minimum is printed)")
-    parser.add_argument("--kinds", nargs="+", default=["trl", "loop", "loop-auto"], choices=["trl", "loop", "loop-auto"])
+    parser.add_argument("--repeats", type=int, default=2, help="runs per configuration")
+    kinds = ["trl", "loop", "loop-auto"]
+    parser.add_argument("--kinds", nargs="+", default=kinds, choices=kinds)
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall: time.perf_counter; cpu: this thread's CPU time (time.thread_time), which a "
                         "shared machine's other processes do not inflate")
@@ -266,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
                            share]
                     row += [f"{own.get(p, 0.0):.2f}" for p in ORDER]
                     print(" | ".join(row), flush=True)
-    print(f"{args.clock} clock; ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the parts are those of "
-          "the least-disturbed step (smallest monitor total: the machine is shared), 'median' the median monitor "
+    print(f"{args.clock} clock; ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the "
+          "parts are those of the least-disturbed step (smallest monitor total: the machine is shared), 'median' the median monitor "
           "total; 'step ms' (median) for trl is TRL's whole step, monitor included, for loop the monitor's calls; "
           "'share' = median / step ms")
     return 0

@@ -38,7 +38,6 @@ from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 from .universal import UNIVERSAL, UNIVERSAL_PROMISES, Breach, universal_breach
 
-
 #: Under ``"auto"``, once an entry is locked by replay each rollout replays that entry alone; every
 #: ``NARROW_EVERY`` rollouts (and whenever the locked entry stops fitting) the full replay of the candidates
 #: narrows them again, so a re-identification after a change of estimator starts from a current list.

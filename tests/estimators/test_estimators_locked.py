@@ -63,7 +63,12 @@ def test_a_locked_entry_is_judged_alone_between_full_replays(monkeypatch):
     """After the lock a step replays the locked entry alone; every NARROW_EVERY rollouts the candidates again."""
     alone: list[bool] = []
     real = judge.EstimatorJudge._locked_fits
-    monkeypatch.setattr(judge.EstimatorJudge, "_locked_fits", lambda self, rows: alone.append(real(self, rows)) or alone[-1])
+
+    def spy(self, rows):
+        alone.append(real(self, rows))
+        return alone[-1]
+
+    monkeypatch.setattr(judge.EstimatorJudge, "_locked_fits", spy)
     monkeypatch.setattr(judge, "NARROW_EVERY", 4)
     _run(_rollouts("nemo_rl.grpo", "nemo_rl.grpo", STEPS))
     assert alone == [False, True, True, True, True, False, True, True, True, True, False, True]
