@@ -268,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
                     row += [f"{own.get(p, 0.0):.2f}" for p in ORDER]
                     print(" | ".join(row), flush=True)
     print(f"{args.clock} clock; ms per step over {args.repeats} runs of {args.steps} timed steps: 'monitor ms' and the "
-          "parts are those of the least-disturbed step (smallest monitor total: the machine is shared), 'median' the median monitor "
-          "total; 'step ms' (median) for trl is TRL's whole step, monitor included, for loop the monitor's calls; "
-          "'share' = median / step ms")
+          "parts are those of the least-disturbed step (smallest monitor total: the machine is shared), 'median' the "
+          "median monitor total; 'step ms' (median) for trl is TRL's whole step, monitor included, for loop the "
+          "monitor's calls; 'share' = median / step ms")
     return 0
 
 
