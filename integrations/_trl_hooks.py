@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from grpo_monitor.monitor import GRPOMonitor
-from grpo_monitor.stats.groups import group_reward_stats
+from grpo_monitor.stats.groups import degenerate_blocks
 
 from ._common import FailOpen, row_advantages
 from ._trl_audit import (
@@ -178,10 +178,7 @@ class TRLHooks:
         values = self.trainer._metrics["train"].get("frac_reward_zero_std") or []
         if len(values) <= logged or rewards.numel() % group_size:
             return
-        ng = rewards.numel() // group_size
-        gid = torch.arange(ng, device=rewards.device).repeat_interleave(group_size)
-        stats = group_reward_stats(rewards.double(), gid, ng)
-        self._zero_std.append((float(values[-1]), stats.degenerate.double().mean()))
+        self._zero_std.append((float(values[-1]), degenerate_blocks(rewards.double().view(-1, group_size)).mean()))
 
     def step_metrics(self) -> dict[str, float]:
         """TRL's ``frac_reward_zero_std`` of the step and its gap to the exact degenerate rate."""

@@ -27,6 +27,7 @@ SMOKE = {
     "universal_calibration.py": ["--seeds", "1"],
     "drop_bias_calibration.py": ["--trials", "5"],
     "moe_routing_calibration.py": ["--seeds", "1", "--batch", "2", "--seq", "8", "--lrs", "1e-4", "--sharp", "1"],
+    "bench_step.py": ["--groups", "4", "--prompts", "8", "--steps", "2", "--repeats", "1"],
     "bench_health.py": ["--questions", "2000", "--steps", "5"],
     "health_calibration.py": ["--runs", "healthy-group-grpo", "--steps", "2"],
     "soak_memory.py": ["--steps", "40", "--every", "20", "--groups", "8", "--questions", "100",

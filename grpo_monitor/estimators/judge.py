@@ -38,6 +38,11 @@ from .registry import CUSTOM_ID, ESTIMATORS, get
 from .replay import fit as replay_fit
 from .rows import Rows, fit_whitened, host_rows, uniform_shift, whitens
 
+#: Under ``"auto"``, once an entry is locked by replay each rollout replays that entry alone; every
+#: ``NARROW_EVERY`` rollouts (and whenever the locked entry stops fitting) the full replay of the candidates
+#: narrows them again, so a re-identification after a change of estimator starts from a current list.
+NARROW_EVERY = 16
+
 
 def replay_needs(est: Estimator) -> tuple[str, ...]:
     """The ``observe_rollout`` arguments beyond rewards and advantages a replay of ``est`` needs: multi-reward
@@ -118,6 +123,7 @@ class EstimatorJudge:
         self.conventions = ConventionTracker(device_config)
         self.replayed: tuple[str, ...] | None = None  # "auto": registry entries fitting every step so far
         self.locked: str | None = None  # "auto": the name reported so far
+        self.since_narrowed = 0  # "auto": rollouts judged on the locked entry alone since the last full replay
 
     def judged(self, rollout: dict[str, float], records: Sequence[Any], breached: frozenset[str] = frozenset()
                ) -> tuple[Judgement | None, EstimatorJudge]:
@@ -171,6 +177,22 @@ class EstimatorJudge:
                                               f"{list(fitting)[:4]}")
 
     # ----------------------------------------------------------------- replay
+    def _locked_fits(self, rows: Rows) -> bool:
+        """Whether this step may judge the locked entry alone: one is locked, it is among the entries that fit
+        so far, the candidates were narrowed less than :data:`NARROW_EVERY` rollouts ago, and its replay fits.
+
+        While it fits, replaying every candidate reports the same judgement (:meth:`_hold` keeps a locked name
+        that still fits); only the candidate list, kept for a re-identification, would narrow, which the full
+        replay every :data:`NARROW_EVERY` rollouts, and at the first misfit, does.
+        """
+        name = self.locked
+        if name is None or self.replayed is None or name not in self.replayed or self.since_narrowed >= NARROW_EVERY:
+            return False
+        if not replayable(ESTIMATORS[name], rows):
+            return False
+        self.since_narrowed += 1
+        return bool(_fitting(rows, [name], self._tolerance(), self.config))
+
     def _tolerance(self) -> float:
         return self.config.tolerances.estimator_residual
 
@@ -199,6 +221,10 @@ class EstimatorJudge:
         rows = host_rows(records)
         if not rows.replayable:
             return self._from_device(fit, None)
+        if self._locked_fits(rows):  # the judgement the whole replay gives while the locked entry fits
+            assert self.locked is not None, "_locked_fits"
+            return Judgement(self.locked, None, ESTIMATORS[self.locked].promises)
+        self.since_narrowed = 0
         every = [n for n in ESTIMATORS if replayable(ESTIMATORS[n], rows)]
         found = _fitting(rows, [n for n in (self.replayed or every) if n in every], self._tolerance(), self.config)
         if self.replayed is not None and not found:  # the locked ones stopped fitting: try every entry

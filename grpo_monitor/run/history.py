@@ -223,13 +223,13 @@ class QuestionHistory:
         >>> h.pooled(["a", "b"]).tolist()
         [[4.0, nan], [8.0, nan], [2.0, nan]]
         """
-        recent = self.halflife is not None
-        out = np.full((len(question_ids), 3), np.nan)
-        for i, record in enumerate(map(self._records.get, question_ids)):
-            if record is not None:
-                out[i] = ((record.recent_success, record.recent_count, record.recent_groups) if recent
-                          else (record.success_sum, record.response_count, record.times_seen))
-        return out.T
+        absent = (math.nan, math.nan, math.nan)
+        records = map(self._records.get, question_ids)
+        if self.halflife is not None:
+            rows = [absent if r is None else (r.recent_success, r.recent_count, r.recent_groups) for r in records]
+        else:
+            rows = [absent if r is None else (r.success_sum, r.response_count, r.times_seen) for r in records]
+        return np.array(rows, dtype=np.float64).reshape(-1, 3).T  # one array built, no per-entry assignment
 
     def supply(self) -> dict[str, int]:
         """Questions per supply class (:func:`_supply_class`), and among those seen twice or more; kept

@@ -25,6 +25,7 @@ class FieldLayout:
     def __init__(self, fields: Sequence[tuple[str, str]]):
         self.fields = tuple(fields)
         self.names = tuple(name for name, _ in self.fields)
+        self._slots = {name: i for i, name in enumerate(self.names)}
         self._codes = [_OP_CODES[op] for _, op in self.fields]
         self._ops: dict[torch.device, torch.Tensor] = {}
 
@@ -61,11 +62,20 @@ class FieldLayout:
         unknown = set(values) - set(self.names)
         if unknown:
             raise KeyError(f"no slots named {sorted(unknown)} in this layout; expected names from {list(self.names)}")
-        return torch.stack([
-            torch.as_tensor(values[name], dtype=torch.float64, device=device).reshape(())
-            if name in values else torch.full((), _EMPTY[op], dtype=torch.float64, device=device)
-            for name, op in self.fields
-        ])
+        slots = self._slots
+        host = [_EMPTY[op] for _, op in self.fields]
+        by_dtype: dict[torch.dtype, tuple[list[int], list[torch.Tensor]]] = {}
+        for name, v in values.items():
+            if isinstance(v, torch.Tensor):
+                where, ts = by_dtype.setdefault(v.dtype, ([], []))
+                where.append(slots[name])
+                ts.append(v.reshape(()))
+            else:
+                host[slots[name]] = v
+        out = torch.tensor(host, dtype=torch.float64, device=device)
+        for where, ts in by_dtype.values():  # one stack per dtype, then one exact cast to float64 (no promotion)
+            out[torch.tensor(where, device=device)] = torch.stack(ts).to(device, torch.float64)
+        return out
 
     def to_dict(self, values: Sequence[float]) -> dict[str, float]:
         """``{name: value}`` for host values in this layout."""

@@ -74,6 +74,19 @@ def group_reward_stats(
     )
 
 
+def degenerate_blocks(rewards: torch.Tensor) -> torch.Tensor:
+    """:func:`group_reward_stats`'s ``degenerate`` (as float64 0/1) of contiguous groups, the rows of ``(B, G)``
+    ``rewards``, in four operations (no counts, means or stds).
+
+    >>> degenerate_blocks(torch.tensor([[1., 1.], [0., 1.], [float("nan"), 0.]], dtype=torch.float64)).tolist()
+    [1.0, 0.0, 1.0]
+    """
+    valid = ~torch.isnan(rewards)
+    hi = torch.where(valid, rewards, -torch.inf).amax(1)
+    lo = torch.where(valid, rewards, torch.inf).amin(1)
+    return (~(hi > lo)).double()
+
+
 @dataclasses.dataclass
 class AdvantageFit:
     """Least-squares fit a_i = k_g (r_i - mean_g) + b_g inside each group (per-group tensors).

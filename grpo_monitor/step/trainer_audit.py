@@ -59,7 +59,11 @@ class AuditRow:
         return self.cause is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields by name (all scalars: what ``dataclasses.asdict`` gives, without its deep copy)."""
+        return {f.name: getattr(self, f.name) for f in _ROW_FIELDS}
+
+
+_ROW_FIELDS = dataclasses.fields(AuditRow)
 
 
 def audit_request(framework: Any, logged: Any, exact: Any, world_size: Any, accumulation_steps: Any,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from grpo_monitor.stats.groups import advantage_fit, group_reward_stats, typical_abs_advantage
+from grpo_monitor.stats.groups import advantage_fit, degenerate_blocks, group_reward_stats, typical_abs_advantage
 from grpo_monitor.stats.segments import Segments, segment_max, segment_min, segment_sum
 
 # ------------------------------------------------------------------ references
@@ -247,3 +247,17 @@ def test_nonfinite_advantages_mark_their_group(bad, where):
     seg = Segments.blocks(2, 4)
     fit = advantage_fit(a, group_reward_stats(r, seg), seg)
     assert fit.nonfinite.tolist() == [True, False]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2], ids=["seed0", "seed1", "seed2"])
+def test_degenerate_blocks_is_group_reward_stats_degenerate(seed):
+    """The four-operation degenerate mask of contiguous groups equals group_reward_stats' on NaN, constant, inf,
+    one-row-scored and varied groups."""
+    gen = torch.Generator().manual_seed(seed)
+    r = torch.randint(0, 3, (40, 6), generator=gen).double() / 2
+    r[torch.rand(40, 6, generator=gen) < 0.3] = float("nan")
+    r[:3] = torch.tensor([[0.7] * 6, [float("nan")] * 6, [float("inf")] * 5 + [1.0]], dtype=torch.float64)
+    r[3, 1:] = float("nan")
+    gid = torch.arange(40).repeat_interleave(6)
+    expected = group_reward_stats(r.reshape(-1), gid, 40).degenerate.double()
+    assert torch.equal(degenerate_blocks(r), expected)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ...stats.segments import Segments
-from .ids import id_list, plain_id
+from .ids import id_list, plain_ids
 from .tensors import InputTypeError, InputValueError, as_tensor, check_kind, check_values
 
 
@@ -163,7 +163,7 @@ def truncation_rows(truncated: Any, lengths: torch.Tensor | None, max_length: in
 
 def per_group_labels(question_ids: Any, layout: GroupLayout) -> list[Hashable]:
     """Question ids given per group (len B) or per row (len N) as one id per group."""
-    ids = [plain_id(q) for q in id_list(question_ids, "question_ids")]
+    ids = plain_ids(id_list(question_ids, "question_ids"))
     try:
         set(ids)
     except TypeError as exc:

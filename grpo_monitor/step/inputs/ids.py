@@ -25,11 +25,21 @@ def id_list(ids: Any, name: str) -> list[Hashable]:
     seq = ids.tolist() if isinstance(ids, (np.ndarray, torch.Tensor)) else list(ids)
     if not isinstance(seq, list):  # a 0-d array or tensor
         raise InputValueError(f"{name} must be one-dimensional, but got a scalar {seq!r}")
+    if _PLAIN.issuperset(map(type, seq)):  # plain ints and strings (the usual ids): no NaN, no per-id loop
+        return seq
     for i, x in enumerate(seq):
         if _is_nan(x):
             raise InputValueError(f"{name}[{i}] is NaN: a NaN never equals itself, so it cannot name a group or a "
                                   f"question; pass integer or string ids")
     return seq
+
+
+_PLAIN = frozenset((int, str))  # exact types: a plain_id is the id itself, and never NaN
+
+
+def plain_ids(ids: list[Any]) -> list[Any]:
+    """:func:`plain_id` of each id (the list itself when every id is a plain int or string)."""
+    return ids if _PLAIN.issuperset(map(type, ids)) else [plain_id(q) for q in ids]
 
 
 def _is_nan(x: Any) -> bool:
