@@ -162,7 +162,8 @@ def clip_range(trainer: Any) -> tuple[float, float]:
 
 #: GRPOConfig fields that decide which metric families TRL feeds the monitor (the report's "no data" notes).
 SETTINGS = ("beta", "num_iterations", "steps_per_generation", "gradient_accumulation_steps", "scale_rewards",
-            "loss_type", "use_vllm", "vllm_importance_sampling_correction", "num_generations")
+            "loss_type", "use_vllm", "vllm_importance_sampling_correction", "num_generations",
+            "importance_sampling_level")
 
 
 def trl_settings(trainer: Any) -> dict[str, Any]:

@@ -65,3 +65,19 @@ def test_gspo_run_logs_the_sequence_ratio_of_its_own_coef(tiny_model_path, tmp_p
         moved += want["max"] - want["min"] > 1e-3
     assert moved >= 1  # the second iteration on each batch moves the policy: w spreads away from 1
     assert all(math.isfinite(r["metrics"]["grpo/seq_ratio/ess"]) for r in records)
+
+
+def test_a_gspo_run_records_its_level_and_its_report_draws_the_sequence_ratio(tiny_model_path, tmp_path):
+    """The run record carries TRL's importance_sampling_level, so the report of a GSPO run draws the sequence-ratio
+    figure with its clip band (a token-level run's report has none: tests/test_report_async_moe.py)."""
+    from grpo_monitor.tools.reporting import build_report
+
+    trainer = make_trainer(tiny_model_path, tmp_path / "out", max_steps=2, importance_sampling_level="sequence",
+                           loss_type="grpo", epsilon=3e-4, epsilon_high=4e-4, num_iterations=2, learning_rate=3e-2)
+    gtrl.attach(trainer, sinks=[JSONLSink(tmp_path / "grpo.jsonl")])
+    trainer.train()
+    records = read_jsonl(tmp_path / "grpo.jsonl")
+    assert records[0]["run"]["settings"]["importance_sampling_level"] == "sequence"
+    build_report(tmp_path)
+    assert (tmp_path / "plots" / "seq_ratio.png").is_file()
+    assert "clip band [1-0.0003, 1+0.0004]" in (tmp_path / "report.html").read_text()
