@@ -34,9 +34,10 @@ static void fill(int64_t n) {
 __attribute__((noinline)) static double run_kernel(int64_t B, int64_t T) {
     double scratch[NFIELDS], out[NFIELDS];
     double t0 = cpu_s();
-    grpo_token_stats(B, T, inputs[0], MASK_F32, inputs[1], 2, inputs[2], inputs[3], inputs[4], NULL, inputs[5],
-                     inputs[6], -0.2231435513, 0.1823215568, 1, -10.0, 10.0, -0.6931471806, 0.6931471806, 0.01, 1,
-                     scratch, out);
+    /* the value tensors in TOKEN_INPUTS order: adv, lp, ref, old, kl (absent), smp, ent */
+    const float *values[NINPUTS] = {inputs[1], inputs[2], inputs[3], inputs[4], NULL, inputs[5], inputs[6]};
+    grpo_token_stats(B, T, inputs[0], MASK_F32, 2, values, -0.2231435513, 0.1823215568, 1, -10.0, 10.0,
+                     -0.6931471806, 0.6931471806, 0.01, 1, scratch, out);
     return cpu_s() - t0;
 }
 
