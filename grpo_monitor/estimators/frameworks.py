@@ -194,6 +194,10 @@ SKYRL_ENTRIES = (
         "token whitening of the returns, no group baseline: (r - mu) * rsqrt(var + 1e-8), var Bessel over "
         "tokens, mu = sum(w r) / max(sum w, 1) (gamma 1, reward on the last token)",
         singleton="raw", eps_power=2, token_weighted=True),
+    _rloo("skyrl.rloo", f"skyrl/backends/skyrl_train/utils/ppo_utils.py::compute_rloo_outcome_advantage (the same "
+          f"code as skyrl-train 0.3.1's skyrl_train/utils/ppo_utils.py) @ {SKYRL}",
+          "(r - mean_g) n/(n-1) on every valid token, r the row's summed token rewards; a one-row group gets 0 "
+          "(unlike verl.rloo)"),
 )
 
 OPEN_INSTRUCT_ENTRIES = (

@@ -23,7 +23,7 @@ ESTIMATOR_IDS: dict[str, int] = {
     "skyrl.maxrl": 29, "open_instruct.standard": 30, "open_instruct.centered": 31,
     "verl.opo": 32, "length_weighted_loo": 33, "roll.grpo_clip": 34, "none_clip_negative": 35,
     "roll.batch_mean": 36, "roll.batch_norm": 37, "verl.gdpo": 38,
-    "skyrl.reinforce_plus_plus": 39, "verl.reinforce_plus_plus": 40,
+    "skyrl.reinforce_plus_plus": 39, "verl.reinforce_plus_plus": 40, "skyrl.rloo": 41,
 }
 
 

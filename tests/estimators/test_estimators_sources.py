@@ -164,6 +164,14 @@ def test_skyrl_grpo_singleton_fallback():
     np.testing.assert_allclose(run("skyrl.grpo", [6.0, 3.0, 9.0], [0, 0, 1])[2], 9.0 / (1 + 1e-6), rtol=1e-12)
 
 
+def test_skyrl_rloo_one_row_group_is_zero():
+    """SkyRL's compute_rloo_outcome_advantage: (s - mean) n/(n-1), so (1,0,1,0) gives +-2/3; a one-row group gets 0
+    (SkyRL logs "setting advantage to 0"), where verl's RLOO keeps the row's reward."""
+    rewards, gid = [1.0, 0.0, 1.0, 0.0, 0.7], [0, 0, 0, 0, 1]
+    np.testing.assert_allclose(run("skyrl.rloo", rewards, gid), [2 / 3, -2 / 3, 2 / 3, -2 / 3, 0.0], rtol=1e-12)
+    assert run("verl.rloo", rewards, gid)[4] == 0.7
+
+
 def test_open_instruct_population_std():
     """advantage_normalization_type='standard' uses np.std (population) + 1e-8; 'centered' (the default) r - mean."""
     want = 0.5 / (0.5 + 1e-8) * np.array([1, -1, 1, -1])

@@ -65,6 +65,18 @@ def test_real_estimator_is_quiet_and_matches_its_registry_entry(case, cases):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("kind", ["binary", "continuous", "graded"])
+@pytest.mark.parametrize("package", PACKAGES)
+def test_rloo_reference_matches_skyrl_on_every_batch_kind(package, kind, cases):
+    """SkyRL's own compute_rloo_outcome_advantage, per token: skyrl.rloo within float32 resolution, one-row groups
+    exactly 0, and verl.rloo (a one-row group keeps its reward) measurably off: the difference the entry records."""
+    result = cases[f"{package}-rloo_direct-{kind}"]
+    assert result.get("raised") is None, quiet(result)
+    assert result["skyrl.rloo"] < 1e-6 and result["singleton_max"] == 0.0 and result["returns_are_advantages"]
+    assert result["verl.rloo"] > 0.1
+
+
+@pytest.mark.slow
 def test_declared_epsilon_reaches_the_monitor(cases):
     """compute_advantages_and_returns(..., epsilon=1e-3) declares that stabilizer."""
     assert cases["skyrl-grpo_epsilon"]["stabilizer"] == 1e-3

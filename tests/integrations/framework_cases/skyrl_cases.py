@@ -6,12 +6,14 @@ Run in the SkyRL venv: ``python skyrl_cases.py [CASE ...]``; prints ``GRPO_CASES
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from _cases import config_kwargs, outcome_batch, reference_error, run, summary
 from grpo_monitor import GRPOMonitor, MonitorConfig
+from grpo_monitor.estimators import ESTIMATORS
 from grpo_monitor.integrations import skyrl as gsk
 from grpo_monitor.integrations._common import row_advantages
 
@@ -222,6 +224,33 @@ def default_broken() -> dict:
         registry.register("grpo", real)
 
 
+# ------------------------------------------- compute_rloo_outcome_advantage itself
+def rloo_direct(package: str, kind: str) -> dict:
+    """SkyRL's ``compute_rloo_outcome_advantage`` called directly on a batch of ``kind`` (uid rows shuffled, one
+    constant group, two one-row groups, reward on the last valid token): the largest per-token gap to
+    ``skyrl.rloo`` and to ``verl.rloo`` (which keeps a one-row group's reward), in units of the largest |advantage|."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "estimators"))
+    from estimator_batches import draw
+
+    b = draw(kind, groups=6, size=5, seed=11, shuffle=True)
+    rewards = np.concatenate([b.rewards, [0.7, -0.4]]).astype(np.float32)
+    gid, lengths = np.concatenate([b.gid, [10, 11]]), np.concatenate([b.lengths, [5.0, 9.0]]).astype(int)
+    mask = torch.from_numpy((np.arange(30)[None, :] < lengths[:, None]).astype(np.float32))
+    tokens = torch.zeros(len(rewards), 30)
+    tokens[torch.arange(len(rewards)), torch.from_numpy(lengths - 1)] = torch.from_numpy(rewards)
+    index = np.array([f"uid-{g}" for g in gid], dtype=object)
+    adv, ret = PACKAGES[package].compute_rloo_outcome_advantage(token_level_rewards=tokens, response_mask=mask,
+                                                                 index=index)
+    got, m = adv.double().numpy(), mask.double().numpy()
+
+    def gap(name: str) -> float:
+        want = ESTIMATORS[name](rewards.astype(np.float64), gid)[:, None] * m
+        return float(np.abs(got - want).max() / np.abs(want).max())
+
+    return {"skyrl.rloo": gap("skyrl.rloo"), "verl.rloo": gap("verl.rloo"), "returns_are_advantages":
+            bool(torch.equal(adv, ret)), "singleton_max": float(np.abs(got[-2:]).max())}
+
+
 DEFAULT_CASES = {
     "default_grpo": default_healthy,
     "default_grpo_kl_in_reward": lambda: default_healthy(use_kl_in_reward=True, use_kl_loss=False),
@@ -248,6 +277,8 @@ CASES = {
     **{f"mine-{v}": (lambda v=v: my_estimator(v)) for v in ("healthy", "misaligned", "wrong_slice",
                                                               "swapped_branch")},
     "detach_restores": detach_restores,
+    **{f"{pkg}-rloo_direct-{kind}": (lambda pkg=pkg, kind=kind: rloo_direct(pkg, kind)) for pkg in PACKAGES
+       for kind in ("binary", "continuous", "graded")},
 }
 
 if __name__ == "__main__":
