@@ -6,8 +6,8 @@ A family (the off-policy updates, the entropy, ...) lives in one module of this 
 - ``metrics``: its :class:`~grpo_monitor.catalog.record.Metric` records; ``METRICS``, the
   dashboards and ``docs/metrics.md`` collect them (:data:`.families.FAMILIES`);
 - ``readouts``: how its keys come from a synced statistics vector (plain floats by slot name,
-  no torch): ``step/metrics.py`` and ``stats/tokens/readout.py`` call :func:`read_out` once per
-  vector and every family's readout of that vector follows;
+  no torch): ``step/metrics.py`` and ``stats/tokens/readout.py`` call :func:`read_out` (and
+  :func:`read_histograms`) once per vector and every family's readout of that vector follows;
 - ``figures``: the report figure it declares, as data (:class:`FigureSpec` of :class:`Panel`),
   which ``grpo_monitor.tools.reporting`` draws with one generic renderer (the core never
   imports the tools);
@@ -26,18 +26,21 @@ from typing import Literal
 from .record import Metric
 
 #: The statistics vectors a readout reads: the rollout's (``observe_rollout``), the generation ledger's
-#: (``observe_generation``) and the token pass's (``observe_loss``), each after the step's sync.
-VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens")
-PanelKind = Literal["lines", "band", "fractions"]
+#: (``observe_generation``), the token pass's and the MoE routing counts (both ``observe_loss``), each after
+#: the step's sync.
+VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens", "routing")
+PanelKind = Literal["lines", "band", "fractions", "heatmap"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Readout:
-    """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "")."""
+    """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "");
+    ``histograms(values)`` its histogram keys (one list per step), under the same condition."""
 
     vector: str
     when: str
     compute: Callable[[Mapping[str, float]], dict[str, float]]
+    histograms: Callable[[Mapping[str, float]], dict[str, list[float]]] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +49,13 @@ class Panel:
 
     ``kind``: ``"lines"`` (one line per key), ``"band"`` (keys ``(mean, std)``: the mean's line in a
     +-1 std band), ``"fractions"`` (shares of rows that add up to 1 at every step, stacked: a
-    histogram over time). ``labels``: one legend label per key ("" for the key itself; a band's
-    second label is the band's), formatted with the run's settings (``{entropy_low_threshold:g}``:
-    the run's MonitorConfig value, else its default). ``colors``: one of blue, orange, green,
-    red, grey, purple per key (default: in that order). ``share``: a percent axis.
+    histogram over time), ``"heatmap"`` (one histogram key: its values per step as the columns of a
+    colour map, value i on row i, as the agreement of each MoE layer). ``labels``: one legend label per
+    key ("" for the key itself; a band's second label is the band's, a heat map's its colour bar's),
+    formatted with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else
+    its default). ``colors``: one of blue, orange, green, red, grey, purple per key (default: in that
+    order); ``styles``: a line style per key (default: the first solid, the others dashed). ``share``:
+    a percent axis (a heat map's colour scale ends at 1).
     ``references``: ``(y, label)`` horizontal lines ("": no legend entry); ``min_span``: the y range's least span.
     """
 
@@ -59,6 +65,7 @@ class Panel:
     ylabel: str
     labels: tuple[str, ...] = ()
     colors: tuple[str, ...] = ()
+    styles: tuple[str, ...] = ()
     share: bool = False
     references: tuple[tuple[float, str], ...] = ()
     min_span: float = 0.0
@@ -69,7 +76,8 @@ class FigureSpec:
     """A report figure as data: file stem, title, panels, the caption's first sentence and its statements.
 
     ``statements``: ``(label, key, format)``: "<label> went from A in the first tenth of the run to B in
-    the last tenth" and the like, computed from the log. ``after``: the figure it follows on the page.
+    the last tenth" and the like, computed from the log; ``peaks``: ``(label, key, format)``: "<label> peaked
+    at X at step s", after them. ``after``: the figure it follows on the page.
     ``note``: whether a run without its keys gets a note saying how to log them (False for a family only
     some trainers have, such as the off-policy one). ``height``: inches per panel.
     """
@@ -80,13 +88,14 @@ class FigureSpec:
     caption: str
     statements: tuple[tuple[str, str, str], ...]
     after: str
+    peaks: tuple[tuple[str, str, str], ...] = ()
     note: bool = True
     height: float = 2.6
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key the figure draws or states, the principal one (the first panel's first) first."""
-        keys = [k for p in self.panels for k in p.keys] + [k for _, k, _ in self.statements]
+        keys = [k for p in self.panels for k in p.keys] + [k for _, k, _ in (*self.statements, *self.peaks)]
         return tuple(dict.fromkeys(keys))
 
 
@@ -109,6 +118,10 @@ class Family:
         stray = [k for k in drawn if k not in own]
         if stray:
             raise ValueError(f"family {self.name!r} draws keys it does not catalogue: {stray}")
+        kinds = {m.key: m.kind for m in self.metrics}
+        maps = [p.keys for f in self.figures for p in f.panels if p.kind == "heatmap"]
+        if any(len(keys) != 1 or kinds[keys[0]] != "histogram" for keys in maps):
+            raise ValueError(f"family {self.name!r} maps keys {maps}; a heat map draws one histogram key")
 
 
 def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, float]:
@@ -119,8 +132,20 @@ def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float
     ({'grpo/demo/x': 0.5}, {})
     """
     out: dict[str, float] = {}
-    for family in families:
-        for r in family.readouts:
-            if r.vector == vector and (not r.when or values[r.when] > 0):
-                out.update(r.compute(values))
+    for r in _due(families, vector, values):
+        out.update(r.compute(values))
     return out
+
+
+def read_histograms(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, list[float]]:
+    """Every family's histogram keys of one synced vector, in family order (:attr:`Readout.histograms`)."""
+    out: dict[str, list[float]] = {}
+    for r in _due(families, vector, values):
+        if r.histograms is not None:
+            out.update(r.histograms(values))
+    return out
+
+
+def _due(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> list[Readout]:
+    return [r for family in families for r in family.readouts
+            if r.vector == vector and (not r.when or values[r.when] > 0)]

@@ -27,7 +27,6 @@ from collections.abc import Mapping
 from ..invariants import INVARIANTS
 from .families import FAMILIES
 from .health_metrics import health_entries
-from .moe_metrics import moe_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -328,8 +327,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 def _catalogue() -> Mapping[str, Metric]:
     families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
-    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *families, *mismatch_entries(),
-               *moe_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *families,
+               *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.families import FAMILIES, read_out
+from ..catalog.families import FAMILIES, read_histograms, read_out
 from ..report import StepReport
 from .accumulator import HostGroups
 
@@ -177,13 +177,12 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
     moe: dict[str, list[float]] = {}
     if tokens is not None:
-        from ..stats.routing import routing_metrics
         from ..stats.tokens import TOKEN_FIELDS, token_metrics
 
         values = list(tokens.values())[:len(TOKEN_FIELDS)]  # the dict keeps TOKEN_FIELDS order, routing after
         metrics.update(token_metrics(values, mismatch_mask))
-        routing, moe = routing_metrics(tokens)
-        metrics.update(routing)
+        metrics.update(read_out(FAMILIES, "routing", tokens))  # the families' keys of the routing counts (MoE)
+        moe = read_histograms(FAMILIES, "routing", tokens)
     report = StepReport(step, metrics, list(violations), failed=failed, histograms=moe)
     report.estimator = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))

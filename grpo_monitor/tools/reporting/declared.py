@@ -1,7 +1,8 @@
 """The one renderer of the figures metric families declare as data (:class:`grpo_monitor.catalog.family.FigureSpec`).
 
-A family's module says what its figure shows (panels of lines, a mean in a +-1 std band, or
-shares stacked into a histogram over time; the caption's statements); this module draws
+A family's module says what its figure shows (panels of lines, a mean in a +-1 std band,
+shares stacked into a histogram over time, or a histogram key's values as a heat map over
+steps; the caption's statements); this module draws
 any such spec and writes its caption, so a family's figure needs no code in the report.
 :func:`report_spec` turns a declared figure into the report's own
 :class:`~grpo_monitor.tools.reporting.plots_core.FigureSpec`.
@@ -17,7 +18,7 @@ import numpy as np
 from ...catalog.family import FigureSpec as Declared
 from ...catalog.family import Panel
 from .data import RunData
-from .facts import change, sentences
+from .facts import change, peak, sentences
 from .plots_core import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, FigureSpec, figure, finish, fit_ylim, line, percent
 from .plots_core import reference as reference_line
 
@@ -50,22 +51,33 @@ def _colors(panel: Panel) -> list[str]:
     return [COLORS[name] for name in names[:len(panel.keys)]]
 
 
+def _styles(panel: Panel) -> list[str]:
+    return [panel.styles[i] if i < len(panel.styles) else "-" if i == 0 else "--" for i in range(len(panel.keys))]
+
+
+def _logged(panel: Panel, run: RunData) -> bool:
+    if panel.kind == "heatmap":
+        return histogram_matrix(run, panel.keys[0]) is not None
+    return any(run.has(k) for k in panel.keys)
+
+
 def draw(spec: Declared, run: RunData):
     """The figure: one panel per panel of ``spec`` the run logged a key of; None when it logged none."""
-    panels = [p for p in spec.panels if any(run.has(k) for k in p.keys)]
+    panels = [p for p in spec.panels if _logged(p, run)]
     if not panels:
         return None
     fig, axes = figure(len(panels), height=spec.height)
     for ax, panel in zip(axes, panels, strict=True):
-        {"lines": _lines, "band": _band, "fractions": _fractions}[panel.kind](ax, panel, run)
+        {"lines": _lines, "band": _band, "fractions": _fractions, "heatmap": _heatmap}[panel.kind](ax, panel, run)
     axes[-1].set_xlabel("step")
     return fig
 
 
 def _lines(ax, panel: Panel, run: RunData) -> None:
-    """One line per key (the first solid), the reference lines, the y range fitted (or a percent axis)."""
-    for i, (key, label, color) in enumerate(zip(panel.keys, _labels(panel, run), _colors(panel), strict=True)):
-        line(ax, run, run.series(key), color, label, "-" if i == 0 else "--")
+    """One line per key (its style, else the first solid), the reference lines, the y range fitted (or a percent
+    axis)."""
+    for key, label, color, style in zip(panel.keys, _labels(panel, run), _colors(panel), _styles(panel), strict=True):
+        line(ax, run, run.series(key), color, label, style)
     for y, label in panel.references:
         reference_line(ax, y, GREY, label or None)
     if panel.share:
@@ -116,10 +128,40 @@ def _fractions(ax, panel: Panel, run: RunData) -> None:
     finish(ax, run, panel.ylabel, panel.title)
 
 
+def histogram_matrix(run: RunData, key: str) -> np.ndarray | None:
+    """A histogram key's values per (index, step): column j the list logged at step j (NaN past its end, and where
+    a step logged none); None when no step logged one."""
+    rows = run.histograms.get(key) or []
+    width = max((len(r) for r in rows if r), default=0)
+    if not width:
+        return None
+    out = np.full((width, len(rows)), np.nan)
+    for j, r in enumerate(rows):
+        if r:
+            out[:len(r), j] = r
+    return out
+
+
+def _heatmap(ax, panel: Panel, run: RunData) -> None:
+    """The histogram key's values as a colour map, index up, step across, with its colour bar."""
+    matrix = histogram_matrix(run, panel.keys[0])
+    assert matrix is not None  # drawn only when logged
+    steps = run.steps.astype(float)
+    x0, x1 = (steps[0] - 0.5, steps[-1] + 0.5) if len(steps) else (0, 1)
+    top = 1.0 if panel.share else float(np.nanmax(matrix))
+    image = ax.imshow(matrix, aspect="auto", origin="lower", cmap="viridis", vmin=float(np.nanmin(matrix)),
+                      vmax=top, extent=(x0, x1, -0.5, matrix.shape[0] - 0.5), interpolation="nearest")
+    ax.figure.colorbar(image, ax=ax, label=_labels(panel, run)[0])
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(panel.title, fontsize=10)
+
+
 def caption(spec: Declared, run: RunData) -> str:
-    """The declared first sentence, then each statement computed from the log (start against end)."""
+    """The declared first sentence, then each statement computed from the log (start against end), then the
+    peaks."""
     return sentences([spec.caption, *(change(run.steps, label, run.series(key), fmt, key)
-                                      for label, key, fmt in spec.statements)])
+                                      for label, key, fmt in spec.statements),
+                      *(peak(run, label, run.series(key), fmt) for label, key, fmt in spec.peaks)])
 
 
 def report_spec(spec: Declared) -> FigureSpec:

@@ -60,18 +60,11 @@ _DRAWN: tuple[FigureSpec, ...] = (
                plots.draw_sampling, captions.sampling),
 )
 
-#: Figures of asynchronous and MoE runs (docs/async_moe.md), after the others: drawn when the run logged them, and,
-#: unlike the figures above, without a "no data" note when it did not (most runs are neither). The sequence ratio is
-#: drawn for runs whose loss clips it (settings ``importance_sampling_level="sequence"``, or ``loss_mode="gspo"``).
-#: The rows' ages and a stale drop's bias are the off-policy family's declared figure (``offpolicy``).
-OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("seq_ratio", "Sequence ratio and its clip band",
-               ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
-               plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption, note=False),
-    FigureSpec("routing", "MoE routing agreement",
-               ("grpo/moe/agreement", "grpo/moe/topk_overlap", "grpo/moe/agreement_layer_min"),
-               plots_offpolicy.draw_routing, plots_offpolicy.routing_caption, note=False),
-)
+#: The sequence ratio, after the others: drawn for runs whose loss clips it (settings
+#: ``importance_sampling_level="sequence"``, or ``loss_mode="gspo"``), without a "no data" note otherwise.
+_SEQ_RATIO = FigureSpec("seq_ratio", "Sequence ratio and its clip band",
+                        ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
+                        plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption, note=False)
 
 
 def _page(drawn: tuple[FigureSpec, ...]) -> tuple[FigureSpec, ...]:
@@ -86,7 +79,11 @@ def _page(drawn: tuple[FigureSpec, ...]) -> tuple[FigureSpec, ...]:
 
 
 #: Every figure, in page order.
-PAGE: tuple[FigureSpec, ...] = _page(_DRAWN) + OFFPOLICY_FIGURES
+PAGE: tuple[FigureSpec, ...] = _page((*_DRAWN, _SEQ_RATIO))
+#: Figures of asynchronous and MoE runs (docs/async_moe.md): drawn when the run logged them, and, unlike the
+#: others, without a "no data" note when it did not (most runs are neither): the rows' ages and a stale drop's
+#: bias (the off-policy family's ``offpolicy``), the sequence ratio, MoE routing (the MoE family's ``routing``).
+OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = tuple(f for f in PAGE if not f.note)
 #: The figures a run that lacks them gets a note about (every one but those of families only some trainers have).
 FIGURES: tuple[FigureSpec, ...] = tuple(f for f in PAGE if f.note)
 
