@@ -4,7 +4,7 @@
 readouts (:func:`read_out`), the report their figures and a scan's trend table their rows.
 
 >>> [f.name for f in FAMILIES]
-['offpolicy', 'moe', 'entropy']
+['truncation', 'offpolicy', 'moe', 'entropy']
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from .family import Family, FigureSpec, read_histograms, read_out
 from .family_entropy import ENTROPY
 from .family_moe import MOE
 from .family_offpolicy import OFFPOLICY
+from .family_truncation import TRUNCATION
 
-FAMILIES: tuple[Family, ...] = (OFFPOLICY, MOE, ENTROPY)
+FAMILIES: tuple[Family, ...] = (TRUNCATION, OFFPOLICY, MOE, ENTROPY)
 #: Every figure the families declare, in family order (the report places each after its ``after``).
 DECLARED_FIGURES: tuple[FigureSpec, ...] = tuple(fig for f in FAMILIES for fig in f.figures)
 #: Every row the families add to a scan's trend table: (label, key, format).

@@ -49,13 +49,14 @@ class Panel:
 
     ``kind``: ``"lines"`` (one line per key), ``"band"`` (keys ``(mean, std)``: the mean's line in a
     +-1 std band), ``"fractions"`` (shares of rows that add up to 1 at every step, stacked: a
-    histogram over time), ``"heatmap"`` (one histogram key: its values per step as the columns of a
-    colour map, value i on row i, as the agreement of each MoE layer). ``labels``: one legend label per
-    key ("" for the key itself; a band's second label is the band's, a heat map's its colour bar's),
-    formatted with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else
-    its default). ``colors``: one of blue, orange, green, red, grey, purple per key (default: in that
-    order); ``styles``: a line style per key (default: the first solid, the others dashed). ``share``:
-    a percent axis (a heat map's colour scale ends at 1).
+    histogram over time; ``overlay``: keys drawn as lines over the stack), ``"heatmap"`` (one
+    histogram key: its values per step as the columns of a colour map, value i on row i, as the
+    agreement of each MoE layer). ``labels``: one legend label per key, then per overlay key ("" for
+    the key itself; a band's second label is the band's, a heat map's its colour bar's), formatted
+    with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else its
+    default). ``colors``: one of blue, orange, green, red, grey, purple, mid grey per key, then per
+    overlay key (default: in that order); ``styles``: a line style per key (default: the first
+    solid, the others dashed). ``share``: a percent axis (a heat map's colour scale ends at 1).
     ``references``: ``(y, label)`` horizontal lines ("": no legend entry); ``min_span``: the y range's least span.
     """
 
@@ -67,6 +68,7 @@ class Panel:
     colors: tuple[str, ...] = ()
     styles: tuple[str, ...] = ()
     share: bool = False
+    overlay: tuple[str, ...] = ()
     references: tuple[tuple[float, str], ...] = ()
     min_span: float = 0.0
 
@@ -77,7 +79,8 @@ class FigureSpec:
 
     ``statements``: ``(label, key, format)``: "<label> went from A in the first tenth of the run to B in
     the last tenth" and the like, computed from the log; ``peaks``: ``(label, key, format)``: "<label> peaked
-    at X at step s", after them. ``after``: the figure it follows on the page.
+    at X at step s", after them; ``missing``: ``(key, what)``: a run without the key gets "This log has no <what>"
+    and what its integration sets to log it. ``after``: the figure it follows on the page.
     ``note``: whether a run without its keys gets a note saying how to log them (False for a family only
     some trainers have, such as the off-policy one). ``height``: inches per panel.
     """
@@ -89,13 +92,15 @@ class FigureSpec:
     statements: tuple[tuple[str, str, str], ...]
     after: str
     peaks: tuple[tuple[str, str, str], ...] = ()
+    missing: tuple[tuple[str, str], ...] = ()
     note: bool = True
     height: float = 2.6
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key the figure draws or states, the principal one (the first panel's first) first."""
-        keys = [k for p in self.panels for k in p.keys] + [k for _, k, _ in (*self.statements, *self.peaks)]
+        keys = [k for p in self.panels for k in (*p.keys, *p.overlay)]
+        keys += [k for _, k, _ in (*self.statements, *self.peaks)] + [k for k, _ in self.missing]
         return tuple(dict.fromkeys(keys))
 
 

@@ -44,7 +44,7 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .sampler_metrics import mismatch_entries, rollout_entries
+from .sampler_metrics import mismatch_entries
 from .weight_metrics import weight_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
@@ -327,7 +327,7 @@ def _monitor_and_integrations() -> list[Metric]:
 
 def _catalogue() -> Mapping[str, Metric]:
     families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
-    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *mismatch_entries(), *families,
+    entries = [*_groups(), *_advantages(), *_kl(), *mismatch_entries(), *families,
                *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]

@@ -1,6 +1,6 @@
-"""The sampler's side of the update in the catalogue: ``grpo/mismatch/*``, truncation and the degenerate split
-(part of :data:`grpo_monitor.catalog.metrics.METRICS`, which lists them; the entropy is a family of its own,
-:mod:`.family_entropy`).
+"""The sampler's side of the update in the catalogue: ``grpo/mismatch/*`` (part of
+:data:`grpo_monitor.catalog.metrics.METRICS`, which lists them; the entropy and truncation are families of their
+own, :mod:`.family_entropy` and :mod:`.family_truncation`).
 
 One definition for every trainer: Delta = ``old_logprobs`` - ``sampler_logprobs`` per valid token
 (trainer minus sampler; ``logprobs`` when no ``old_logprobs`` are given, the first inner epoch),
@@ -70,30 +70,4 @@ def mismatch_entries() -> list[Metric]:
            "corrected update still uses.", only_when="MonitorConfig.mismatch_mask set", **mm),
         _m("grpo/mismatch/mult_prob_error", "ratio", RATIO, _TOK, "Mean of exp|Delta|, NeMo-RL's "
            "token_mult_prob_error: 1 when sampler and trainer agree.", **mm),
-    ]
-
-
-def rollout_entries() -> list[Metric]:
-    """Truncation and the degenerate split (shares of all groups, adding up to the degenerate rate)."""
-    roll = dict(section="Groups", source="observe_rollout")
-    wg, split = "mean weighted by grpo/groups/total", "degenerate groups: unsolved / solved / other"
-    trunc = "truncated=, or lengths with MonitorConfig.max_response_length"
-    return [
-        _m("grpo/rows/truncated_rate", "fraction", RATIO, "mean weighted by rows", "Share of rows cut at the "
-           "response-length limit (TRL's completions/clipped_ratio, verl's response_length/clip_ratio); a rise "
-           "means answers do not fit and score as failures.", needs=trunc, **roll),
-        _m("grpo/groups/degenerate_low_rate", "fraction", RATIO, wg, "Share of all groups whose scorable rows all "
-           "hold the batch's lowest reward: unsolved questions (all-failed).", panel=split, **roll),
-        _m("grpo/groups/degenerate_high_rate", "fraction", RATIO, wg, "Share of all groups whose scorable rows all "
-           "hold the batch's highest reward: solved questions (all-correct).", panel=split, **roll),
-        _m("grpo/groups/degenerate_other_rate", "fraction", RATIO, wg, "Share of all groups that are degenerate at "
-           "another reward (or have fewer than two scorable rows); low + high + other = degenerate_rate.",
-           panel=split, **roll),
-        _m("grpo/groups/degenerate_truncated_rate", "fraction", RATIO, wg, "Share of all groups that are degenerate "
-           "with every row truncated: 'loss is 0' because no answer fits the length limit.", needs=trunc, **roll),
-        _m("grpo/rows/length_above_mean", "tokens", RATIO, "mean weighted by rows", "Mean length of the rows "
-           "rewarded above their group's mean (live groups).", needs="lengths", **roll),
-        _m("grpo/rows/length_below_mean", "tokens", RATIO, "mean weighted by rows", "Mean length of the rows "
-           "rewarded below their group's mean (live groups); far above length_above_mean, the long answers are "
-           "the failing (often truncated) ones.", needs="lengths", **roll),
     ]

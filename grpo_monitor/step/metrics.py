@@ -42,14 +42,7 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
     }
     if v["adv_rows"] > 0:
         out.update(_advantage_metrics(v))
-    if v["truncation_rows"] > 0:
-        out["grpo/rows/truncated_rate"] = v["truncated_rows"] / v["truncation_rows"]
-        out["grpo/groups/degenerate_truncated_rate"] = _ratio(v["degenerate_truncated"], groups)
-    if v["len_above_rows"] > 0:
-        out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
-    if v["len_below_rows"] > 0:
-        out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
-    out.update(read_out(FAMILIES, "rollout", v))  # the families' keys of the rollout vector (the rows' ages)
+    out.update(read_out(FAMILIES, "rollout", v))  # the families' keys of the rollout vector (truncation, ages)
     return out
 
 

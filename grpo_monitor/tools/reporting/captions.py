@@ -224,18 +224,6 @@ def mismatch(run: RunData) -> str:
     return sentences(parts)
 
 
-def split(run: RunData) -> str:
-    parts = ["Degenerate groups by kind, stacked as shares of all groups (they add up to the degenerate rate): all "
-             "unsolved, all solved, or equal at another reward; the line is the share of rows cut at the length limit",
-             _change(run, "the share of all-unsolved groups", "grpo/groups/degenerate_low_rate", _RATE),
-             _change(run, "the share of all-solved groups", "grpo/groups/degenerate_high_rate", _RATE),
-             _change(run, "the share of other degenerate groups", "grpo/groups/degenerate_other_rate", _RATE),
-             _change(run, "the truncated-row rate", "grpo/rows/truncated_rate", _RATE)]
-    if not run.has("grpo/rows/truncated_rate"):
-        parts.append(f"This log has no truncation rate: {_advice(run, 'grpo/rows/truncated_rate')}")
-    return sentences(parts)
-
-
 def violations(run: RunData) -> str:
     by_name: dict[str, list[int]] = {}
     for mark in run.violations:
@@ -250,5 +238,5 @@ def violations(run: RunData) -> str:
 CAPTIONS: dict[str, Callable[[RunData], str]] = {
     "violations": violations, "degenerate": degenerate, "prompts": prompts, "question_std": question_std,
     "advantages": advantages, "convention": convention, "overdispersion_stuck": overdispersion_stuck, "kl": kl,
-    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch, "split": split,
+    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch,
 }

@@ -19,10 +19,12 @@ from ...catalog.family import FigureSpec as Declared
 from ...catalog.family import Panel
 from .data import RunData
 from .facts import change, peak, sentences
+from .notes import advice
 from .plots_core import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, FigureSpec, figure, finish, fit_ylim, line, percent
 from .plots_core import reference as reference_line
 
-COLORS = {"blue": BLUE, "orange": ORANGE, "green": GREEN, "red": RED, "grey": GREY, "purple": PURPLE}
+COLORS = {"blue": BLUE, "orange": ORANGE, "green": GREEN, "red": RED, "grey": GREY, "purple": PURPLE,
+          "mid grey": "#7f7f7f"}
 #: About how tall (pixels) a band panel's axes are, and the band height below which its line covers it.
 _AXES_PX, _BAND_PX = 150.0, 12.0
 
@@ -42,13 +44,16 @@ class _Settings(dict):
 
 
 def _labels(panel: Panel, run: RunData) -> list[str]:
-    given = list(panel.labels) + [""] * (len(panel.keys) - len(panel.labels))
-    return [label.format_map(_Settings(run)) if label else key for label, key in zip(given, panel.keys, strict=True)]
+    """One label per key, then per overlay key."""
+    keys = (*panel.keys, *panel.overlay)
+    given = list(panel.labels) + [""] * (len(keys) - len(panel.labels))
+    return [label.format_map(_Settings(run)) if label else key for label, key in zip(given, keys, strict=True)]
 
 
 def _colors(panel: Panel) -> list[str]:
+    """One colour per key, then per overlay key."""
     names = list(panel.colors) + [c for c in COLORS if c not in panel.colors]
-    return [COLORS[name] for name in names[:len(panel.keys)]]
+    return [COLORS[name] for name in names[:len(panel.keys) + len(panel.overlay)]]
 
 
 def _styles(panel: Panel) -> list[str]:
@@ -58,7 +63,7 @@ def _styles(panel: Panel) -> list[str]:
 def _logged(panel: Panel, run: RunData) -> bool:
     if panel.kind == "heatmap":
         return histogram_matrix(run, panel.keys[0]) is not None
-    return any(run.has(k) for k in panel.keys)
+    return any(run.has(k) for k in (*panel.keys, *panel.overlay))
 
 
 def draw(spec: Declared, run: RunData):
@@ -110,7 +115,8 @@ def _band(ax, panel: Panel, run: RunData) -> None:
 
 
 def _fractions(ax, panel: Panel, run: RunData) -> None:
-    """Shares that add up to 1, stacked at every step: a histogram over time (a bar per step on a 1-step run)."""
+    """Shares that add up to 1, stacked at every step: a histogram over time (a bar per step on a 1-step run); the
+    overlay keys as lines over it."""
     labels, colors = _labels(panel, run), _colors(panel)
     logged = {k: v for k in panel.keys if (v := run.series(k)) is not None}
     # a bin at 0 throughout would be a legend entry with nothing drawn: left out
@@ -121,6 +127,8 @@ def _fractions(ax, panel: Panel, run: RunData) -> None:
         if len(x) == 1:  # an area over one point has no width
             x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
         ax.stackplot(x, *stacks, colors=[colors[i] for i in shown], alpha=0.55, labels=[labels[i] for i in shown])
+    for i, key in enumerate(panel.overlay, start=len(panel.keys)):
+        line(ax, run, run.series(key), colors[i], labels[i], "-")
     if panel.share:
         percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
     else:
@@ -157,11 +165,13 @@ def _heatmap(ax, panel: Panel, run: RunData) -> None:
 
 
 def caption(spec: Declared, run: RunData) -> str:
-    """The declared first sentence, then each statement computed from the log (start against end), then the
-    peaks."""
+    """The declared first sentence, then each statement computed from the log (start against end), the peaks, and
+    what to set for each ``missing`` key the run lacks."""
     return sentences([spec.caption, *(change(run.steps, label, run.series(key), fmt, key)
                                       for label, key, fmt in spec.statements),
-                      *(peak(run, label, run.series(key), fmt) for label, key, fmt in spec.peaks)])
+                      *(peak(run, label, run.series(key), fmt) for label, key, fmt in spec.peaks),
+                      *(f"This log has no {what}: {advice(key, run.integration, run.settings)}"
+                        for key, what in spec.missing if not run.has(key))])
 
 
 def report_spec(spec: Declared) -> FigureSpec:

@@ -1,14 +1,13 @@
-"""The report's sampler-side figures: training-inference mismatch, truncation with the degenerate split.
+"""The report's sampler-side figure: training-inference mismatch.
 
-Each function returns None when the run logged none of what it draws (no ``sampler_logprobs``,
-no truncation); the entropy's figure is declared by its family (:mod:`grpo_monitor.catalog.family_entropy`).
+It is None when the run logged none of what it draws (no ``sampler_logprobs``); the entropy's and
+truncation's figures are declared by their families (:mod:`grpo_monitor.catalog.family_entropy`,
+:mod:`grpo_monitor.catalog.family_truncation`).
 The mismatch figure draws the run's own error threshold (the config in the run record, else the
 default) and the healthy-noise band measured in ``docs/mismatch.md``.
 """
 
 from __future__ import annotations
-
-import numpy as np
 
 from .data import RunData
 from .plots_core import (
@@ -16,23 +15,18 @@ from .plots_core import (
     GREEN,
     GREY,
     LOG_FLOOR,
-    ORANGE,
     RED,
     figure,
     finish,
     fit_ylim,
     line,
     log_panel,
-    percent,
     reference,
 )
 
 #: Healthy numerical noise of grpo/mismatch/k3_mean (nats per token) measured in docs/mismatch.md over 200 steps
 #: of a real tiny LM: the float32 KV-cache sampler's median up to the bf16 sampler's maximum.
 NOISE_K3 = (8.7e-14, 1.7e-4)
-_SPLIT = (("grpo/groups/degenerate_low_rate", "#d62728", "all unsolved (every row at the lowest reward)"),
-          ("grpo/groups/degenerate_high_rate", "#2ca02c", "all solved (every row at the highest reward)"),
-          ("grpo/groups/degenerate_other_rate", "#7f7f7f", "other degenerate (equal, between)"))
 
 
 def tolerance(run: RunData, name: str) -> float:
@@ -69,28 +63,4 @@ def draw_mismatch(run: RunData):
     fit_ylim(ax, min_span=4 * bias, extra=[1 - bias, 1 + bias])
     finish(ax, run, "weight", "Mean token importance weight rho = exp(D): 1 when the sampler reports what it sampled")
     axes[-1].set_xlabel("step")
-    return fig
-
-
-def draw_split(run: RunData):
-    """The degenerate groups split into unsolved, solved and other (stacked: they add up to the degenerate rate),
-    and the share of rows cut at the length limit."""
-    logged = {k: v for k, _, _ in _SPLIT if (v := run.series(k)) is not None}
-    truncated = run.series("grpo/rows/truncated_rate")
-    if not logged and truncated is None:
-        return None
-    # a kind at 0 throughout would be a legend entry with nothing drawn: the caption states its 0 instead
-    present = [(k, c, lab) for k, c, lab in _SPLIT if k in logged and np.nansum(np.abs(logged[k])) > 0]
-    fig, (ax,) = figure(1, height=3.4)
-    stacks = [np.nan_to_num(logged[k], nan=0.0) for k, _, _ in present]  # a step without a key: nothing stacked
-    if stacks:
-        x = run.steps.astype(float)
-        if len(x) == 1:  # one step: a bar 0.8 steps wide, since an area over one point has no width
-            x, stacks = np.array([x[0] - 0.4, x[0] + 0.4]), [np.repeat(v, 2) for v in stacks]
-        ax.stackplot(x, *stacks, colors=[c for _, c, _ in present], alpha=0.55,
-                     labels=[f"{lab} ({k.rsplit('/', 1)[1]})" for k, _, lab in present])
-    line(ax, run, truncated, ORANGE, "truncated rows (grpo/rows/truncated_rate)", "-")
-    percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
-    finish(ax, run, "share", "Degenerate groups by kind (stacked, share of all groups) and truncated rows")
-    ax.set_xlabel("step")
     return fig

@@ -38,7 +38,6 @@ TRENDS: tuple[tuple[str, str, str], ...] = (
     ("mean |trainer - sampler|", "grpo/mismatch/abs_diff_mean", "{:.3g}"),
     ("max |trainer - sampler|", "grpo/mismatch/abs_diff_max", "{:.3g}"),
     ("mult. prob. error", "grpo/mismatch/mult_prob_error", "{:.4g}"),
-    ("truncated rows", "grpo/rows/truncated_rate", "{:.1%}"),
     *TREND_ROWS,
 )
 TREND_KEYS: tuple[str, ...] = tuple(k for _, k, _ in TRENDS)
