@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from .record import Metric
 
@@ -29,18 +29,36 @@ from .record import Metric
 #: (``observe_generation``), the token pass's and the MoE routing counts (both ``observe_loss``), each after
 #: the step's sync.
 VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens", "routing")
-PanelKind = Literal["lines", "band", "fractions", "heatmap"]
+PanelKind = Literal["lines", "band", "fractions", "heatmap", "log"]
+#: A number a figure draws, fixed or the run's own: ``(offset, scale, setting)`` is offset + scale x the run's
+#: MonitorConfig value of ``setting`` (a tolerance as ``"tolerances.mismatch_k3"``), else its default.
+Value = float | tuple[float, float, str]
 
 
 @dataclasses.dataclass(frozen=True)
 class Readout:
     """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "");
-    ``histograms(values)`` its histogram keys (one list per step), under the same condition."""
+    ``histograms(values)`` its histogram keys (one list per step), under the same condition. ``setting``: a
+    MonitorConfig field the readout also reads, ``compute(values, value)``, run only when the step sets it."""
 
     vector: str
     when: str
-    compute: Callable[[Mapping[str, float]], dict[str, float]]
+    compute: Callable[..., dict[str, float]]
     histograms: Callable[[Mapping[str, float]], dict[str, list[float]]] | None = None
+    setting: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shade:
+    """A horizontal band of a panel from ``low`` to ``high`` (:data:`Value`: fixed or the run's setting), with its
+    legend label (formatted with the run's settings, as a panel's labels). ``pad``: on a ``"log"`` panel, the y
+    range reaches at least low / pad and high x pad."""
+
+    low: Value
+    high: Value
+    label: str
+    color: str = "green"
+    pad: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,13 +69,16 @@ class Panel:
     +-1 std band), ``"fractions"`` (shares of rows that add up to 1 at every step, stacked: a
     histogram over time; ``overlay``: keys drawn as lines over the stack), ``"heatmap"`` (one
     histogram key: its values per step as the columns of a colour map, value i on row i, as the
-    agreement of each MoE layer). ``labels``: one legend label per key, then per overlay key ("" for
+    agreement of each MoE layer), ``"log"`` (one key, a max-type series, on a log axis, zeros drawn at the
+    floor). ``labels``: one legend label per key, then per overlay key ("" for
     the key itself; a band's second label is the band's, a heat map's its colour bar's), formatted
     with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else its
     default). ``colors``: one of blue, orange, green, red, grey, purple, mid grey per key, then per
     overlay key (default: in that order); ``styles``: a line style per key (default: the first
     solid, the others dashed). ``share``: a percent axis (a heat map's colour scale ends at 1).
-    ``references``: ``(y, label)`` horizontal lines ("": no legend entry); ``min_span``: the y range's least span.
+    ``references``: ``(y, label)`` horizontal lines ("": no legend entry) in ``reference_color``; ``shades``:
+    bands drawn under the lines (over a log panel's line); ``min_span``: the y range's least span. ``y``, a
+    shade's edges and ``min_span`` are :data:`Value`: fixed, or the run's setting.
     """
 
     kind: PanelKind
@@ -69,20 +90,24 @@ class Panel:
     styles: tuple[str, ...] = ()
     share: bool = False
     overlay: tuple[str, ...] = ()
-    references: tuple[tuple[float, str], ...] = ()
-    min_span: float = 0.0
+    references: tuple[tuple[Value, str], ...] = ()
+    reference_color: str = "grey"
+    shades: tuple[Shade, ...] = ()
+    min_span: Value = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class FigureSpec:
     """A report figure as data: file stem, title, panels, the caption's first sentence and its statements.
 
+    ``caption``: its first sentence, formatted with the run's settings as a panel's labels are.
     ``statements``: ``(label, key, format)``: "<label> went from A in the first tenth of the run to B in
-    the last tenth" and the like, computed from the log; ``peaks``: ``(label, key, format)``: "<label> peaked
-    at X at step s", after them; ``missing``: ``(key, what)``: a run without the key gets "This log has no <what>"
-    and what its integration sets to log it. ``after``: the figure it follows on the page.
-    ``note``: whether a run without its keys gets a note saying how to log them (False for a family only
-    some trainers have, such as the off-policy one). ``height``: inches per panel.
+    the last tenth" and the like, computed from the log; ``peaks``: ``(label, key, format)``: "<label>
+    peaked at X at step s", each after its key's statement (else after them all); ``missing``: ``(key,
+    what)``: a run without the key gets "This log has no <what>" and what its integration sets to log
+    it; ``breaches``: an invariant whose breached steps the caption lists. ``after``: the figure it
+    follows on the page. ``note``: whether a run without its keys gets a note saying how to log them
+    (False for a family only some trainers have, such as the off-policy one). ``height``: inches per panel.
     """
 
     name: str
@@ -93,6 +118,7 @@ class FigureSpec:
     after: str
     peaks: tuple[tuple[str, str, str], ...] = ()
     missing: tuple[tuple[str, str], ...] = ()
+    breaches: str = ""
     note: bool = True
     height: float = 2.6
 
@@ -129,8 +155,10 @@ class Family:
             raise ValueError(f"family {self.name!r} maps keys {maps}; a heat map draws one histogram key")
 
 
-def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, float]:
-    """Every family's keys of one synced vector, in family order.
+def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float],
+             settings: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Every family's keys of one synced vector, in family order; ``settings``: the step's values of the
+    MonitorConfig fields a readout reads (:attr:`Readout.setting`; one not given is not set).
 
     >>> f = Family("demo", (), (Readout("ledger", "n", lambda v: {"grpo/demo/x": v["s"] / v["n"]}),))
     >>> read_out([f], "ledger", {"n": 2.0, "s": 1.0}), read_out([f], "ledger", {"n": 0.0, "s": 0.0})
@@ -138,7 +166,10 @@ def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float
     """
     out: dict[str, float] = {}
     for r in _due(families, vector, values):
-        out.update(r.compute(values))
+        if not r.setting:
+            out.update(r.compute(values))
+        elif (settings or {}).get(r.setting) is not None:
+            out.update(r.compute(values, (settings or {})[r.setting]))
     return out
 
 
@@ -153,4 +184,4 @@ def read_histograms(families: Sequence[Family], vector: str, values: Mapping[str
 
 def _due(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> list[Readout]:
     return [r for family in families for r in family.readouts
-            if r.vector == vector and (not r.when or values[r.when] > 0)]
+            if r.vector == vector and (not r.when or values.get(r.when, 0.0) > 0)]

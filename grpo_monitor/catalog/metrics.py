@@ -25,7 +25,7 @@ import types
 from collections.abc import Mapping
 
 from ..invariants import INVARIANTS
-from .families import FAMILIES
+from .families import IN_ORDER
 from .health_metrics import health_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
@@ -44,7 +44,6 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .sampler_metrics import mismatch_entries
 from .weight_metrics import weight_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
@@ -326,8 +325,8 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
-    entries = [*_groups(), *_advantages(), *_kl(), *mismatch_entries(), *families,
+    families = [m for family in IN_ORDER for m in family.metrics]  # each family's records, in its sections
+    entries = [*_groups(), *_advantages(), *_kl(), *families,
                *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]

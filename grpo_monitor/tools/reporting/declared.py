@@ -16,11 +16,27 @@ from typing import Any
 import numpy as np
 
 from ...catalog.family import FigureSpec as Declared
-from ...catalog.family import Panel
+from ...catalog.family import Panel, Value
+from .captions import breaches
 from .data import RunData
 from .facts import change, peak, sentences
 from .notes import advice
-from .plots_core import BLUE, GREEN, GREY, ORANGE, PURPLE, RED, FigureSpec, figure, finish, fit_ylim, line, percent
+from .plots_core import (
+    BLUE,
+    GREEN,
+    GREY,
+    LOG_FLOOR,
+    ORANGE,
+    PURPLE,
+    RED,
+    FigureSpec,
+    figure,
+    finish,
+    fit_ylim,
+    line,
+    log_panel,
+    percent,
+)
 from .plots_core import reference as reference_line
 
 COLORS = {"blue": BLUE, "orange": ORANGE, "green": GREEN, "red": RED, "grey": GREY, "purple": PURPLE,
@@ -30,7 +46,8 @@ _AXES_PX, _BAND_PX = 150.0, 12.0
 
 
 class _Settings(dict):
-    """A label's ``{name}``: the run's MonitorConfig value, else the field's default."""
+    """A label's ``{name}``: the run's MonitorConfig value, else the field's default (``{tolerances.name}``: a
+    tolerance's, :func:`tolerance`)."""
 
     def __init__(self, run: RunData) -> None:
         super().__init__()
@@ -39,15 +56,47 @@ class _Settings(dict):
     def __missing__(self, name: str) -> Any:
         from ...config import MonitorConfig
 
+        if name == "tolerances":
+            return _Tolerances(self.run)
         value = self.run.config.get(name)
         return value if isinstance(value, (int, float)) else MonitorConfig.model_fields[name].default
+
+
+class _Tolerances:
+    def __init__(self, run: RunData) -> None:
+        self.run = run
+
+    def __getattr__(self, name: str) -> float:
+        return tolerance(self.run, name)
+
+
+def tolerance(run: RunData, name: str) -> float:
+    """``tolerances.<name>`` from the run record's config, else the default (:class:`...config.Tolerances`)."""
+    from ...config import Tolerances
+
+    declared = run.config.get("tolerances")
+    value = declared.get(name) if isinstance(declared, dict) else None
+    return float(value) if isinstance(value, (int, float)) else float(getattr(Tolerances(), name))
+
+
+def value(v: Value, run: RunData) -> float:
+    """A declared number: itself, or offset + scale x the run's setting (``"tolerances.<name>"``: a tolerance)."""
+    if not isinstance(v, tuple):
+        return float(v)
+    offset, scale, name = v
+    setting = tolerance(run, name.split(".", 1)[1]) if name.startswith("tolerances.") else _Settings(run)[name]
+    return offset + scale * float(setting)
+
+
+def _format(text: str, run: RunData) -> str:
+    return text.format_map(_Settings(run)) if text else text
 
 
 def _labels(panel: Panel, run: RunData) -> list[str]:
     """One label per key, then per overlay key."""
     keys = (*panel.keys, *panel.overlay)
     given = list(panel.labels) + [""] * (len(keys) - len(panel.labels))
-    return [label.format_map(_Settings(run)) if label else key for label, key in zip(given, keys, strict=True)]
+    return [_format(label, run) if label else key for label, key in zip(given, keys, strict=True)]
 
 
 def _colors(panel: Panel) -> list[str]:
@@ -73,7 +122,8 @@ def draw(spec: Declared, run: RunData):
         return None
     fig, axes = figure(len(panels), height=spec.height)
     for ax, panel in zip(axes, panels, strict=True):
-        {"lines": _lines, "band": _band, "fractions": _fractions, "heatmap": _heatmap}[panel.kind](ax, panel, run)
+        {"lines": _lines, "band": _band, "fractions": _fractions, "heatmap": _heatmap, "log": _log}[panel.kind](
+            ax, panel, run)
     axes[-1].set_xlabel("step")
     return fig
 
@@ -81,14 +131,41 @@ def draw(spec: Declared, run: RunData):
 def _lines(ax, panel: Panel, run: RunData) -> None:
     """One line per key (its style, else the first solid), the reference lines, the y range fitted (or a percent
     axis)."""
+    edges = _shades(ax, panel, run)
     for key, label, color, style in zip(panel.keys, _labels(panel, run), _colors(panel), _styles(panel), strict=True):
         line(ax, run, run.series(key), color, label, style)
-    for y, label in panel.references:
-        reference_line(ax, y, GREY, label or None)
+    levels = [(value(y, run), _format(label, run)) for y, label in panel.references]
+    for y, label in levels:
+        reference_line(ax, y, COLORS[panel.reference_color], label or None)
     if panel.share:
         percent(ax)
     else:
-        fit_ylim(ax, min_span=panel.min_span, extra=[y for y, _ in panel.references])
+        fit_ylim(ax, min_span=value(panel.min_span, run), extra=[y for y, _ in levels] + edges)
+    finish(ax, run, panel.ylabel, panel.title)
+
+
+def _shades(ax, panel: Panel, run: RunData) -> list[float]:
+    """The panel's bands (light, no edge); their edges, for the y range."""
+    edges = []
+    for shade in panel.shades:
+        low, high = value(shade.low, run), value(shade.high, run)
+        ax.axhspan(low, high, color=COLORS[shade.color], alpha=0.18, lw=0, label=_format(shade.label, run))
+        edges += [low, high]
+    return edges
+
+
+def _log(ax, panel: Panel, run: RunData) -> None:
+    """One max-type series on a log axis (zeros drawn at the floor) with its references, then its bands, the range
+    widened to each band's edges over / times its pad."""
+    (label,), (color,) = _labels(panel, run), _colors(panel)
+    log_panel(ax, run, run.series(panel.keys[0]), color, f"{label} (zeros drawn at {LOG_FLOOR:g})",
+              [(value(y, run), COLORS[panel.reference_color], _format(text, run)) for y, text in panel.references])
+    edges = _shades(ax, panel, run)
+    pads = [s.pad for s in panel.shades]
+    if edges:
+        bottom, top = ax.get_ylim()
+        ax.set_ylim(min(bottom, *(lo / p for lo, p in zip(edges[::2], pads, strict=True))),
+                    max(top, *(hi * p for hi, p in zip(edges[1::2], pads, strict=True))))
     finish(ax, run, panel.ylabel, panel.title)
 
 
@@ -102,7 +179,7 @@ def _band(ax, panel: Panel, run: RunData) -> None:
         band = ax.fill_between(run.steps, mean - std, mean + std, color=color, alpha=0.3, lw=0)
     line(ax, run, mean, color, line_label, "-")
     extra = [] if mean is None or std is None else [*(mean - std), *(mean + std)]
-    fit_ylim(ax, min_span=panel.min_span, extra=extra)
+    fit_ylim(ax, min_span=value(panel.min_span, run), extra=extra)
     title = panel.title
     if band is not None and std is not None:
         widest = float(np.nanmax(2 * std)) if np.isfinite(std).any() else 0.0
@@ -132,7 +209,8 @@ def _fractions(ax, panel: Panel, run: RunData) -> None:
     if panel.share:
         percent(ax, values=[np.sum(stacks, axis=0)] if stacks else [])
     else:
-        fit_ylim(ax, min_span=panel.min_span, extra=[float(np.max(np.sum(stacks, axis=0)))] if stacks else [])
+        top = [float(np.max(np.sum(stacks, axis=0)))] if stacks else []
+        fit_ylim(ax, min_span=value(panel.min_span, run), extra=top)
     finish(ax, run, panel.ylabel, panel.title)
 
 
@@ -165,13 +243,19 @@ def _heatmap(ax, panel: Panel, run: RunData) -> None:
 
 
 def caption(spec: Declared, run: RunData) -> str:
-    """The declared first sentence, then each statement computed from the log (start against end), the peaks, and
-    what to set for each ``missing`` key the run lacks."""
-    return sentences([spec.caption, *(change(run.steps, label, run.series(key), fmt, key)
-                                      for label, key, fmt in spec.statements),
-                      *(peak(run, label, run.series(key), fmt) for label, key, fmt in spec.peaks),
-                      *(f"This log has no {what}: {advice(key, run.integration, run.settings)}"
-                        for key, what in spec.missing if not run.has(key))])
+    """The declared first sentence (with the run's settings), then each statement computed from the log (start
+    against end) with its key's peak, the other peaks, what to set for each ``missing`` key the run lacks, and the
+    invariant's breaches."""
+    stated = {key for _, key, _ in spec.statements}
+    parts: list[str | None] = [_format(spec.caption, run)]
+    for label, key, fmt in spec.statements:
+        parts.append(change(run.steps, label, run.series(key), fmt, key))
+        parts += [peak(run, p, run.series(k), f) for p, k, f in spec.peaks if k == key]
+    parts += [peak(run, p, run.series(k), f) for p, k, f in spec.peaks if k not in stated]
+    parts += [f"This log has no {what}: {advice(key, run.integration, run.settings)}"
+              for key, what in spec.missing if not run.has(key)]
+    parts.append(breaches(run, spec.breaches) if spec.breaches else None)
+    return sentences(parts)
 
 
 def report_spec(spec: Declared) -> FigureSpec:

@@ -12,7 +12,7 @@ told about when it lacks them.
 from __future__ import annotations
 
 from ...catalog.families import DECLARED_FIGURES
-from . import captions, plots, plots_offpolicy, plots_sampler, plots_tokens
+from . import captions, plots, plots_offpolicy, plots_tokens
 from .declared import report_spec
 from .notes import advice
 from .plots_core import FigureSpec
@@ -43,8 +43,6 @@ _DRAWN: tuple[FigureSpec, ...] = (
     FigureSpec("ratio", "Importance ratio and clipping",
                ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
                plots_tokens.draw_ratio, captions.ratio),
-    FigureSpec("mismatch", "Training-inference mismatch",
-               ("grpo/mismatch/k3_mean", "grpo/mismatch/ratio_mean"), plots_sampler.draw_mismatch, captions.mismatch),
     FigureSpec("tokens", "Response length and live tokens",
                ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction"),
                plots_tokens.draw_tokens, captions.tokens),
