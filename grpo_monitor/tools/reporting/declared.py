@@ -63,6 +63,8 @@ class _Settings(dict):
 
 
 class _Tolerances:
+    """``{tolerances.<name>}``: the run's tolerance (:func:`tolerance`)."""
+
     def __init__(self, run: RunData) -> None:
         self.run = run
 
