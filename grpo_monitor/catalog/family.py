@@ -6,8 +6,8 @@ A family (the off-policy updates, the entropy, ...) lives in one module of this 
 - ``metrics``: its :class:`~grpo_monitor.catalog.record.Metric` records; ``METRICS``, the
   dashboards and ``docs/metrics.md`` collect them (:data:`.families.FAMILIES`);
 - ``readouts``: how its keys come from a synced statistics vector (plain floats by slot name,
-  no torch): ``step/metrics.py`` and ``stats/tokens/readout.py`` call :func:`read_out` once per
-  vector and every family's readout of that vector follows;
+  no torch): ``step/metrics.py`` and ``stats/tokens/readout.py`` call :func:`read_out` (and
+  :func:`read_histograms`) once per vector and every family's readout of that vector follows;
 - ``figures``: the report figure it declares, as data (:class:`FigureSpec` of :class:`Panel`),
   which ``grpo_monitor.tools.reporting`` draws with one generic renderer (the core never
   imports the tools);
@@ -21,23 +21,44 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from .record import Metric
 
 #: The statistics vectors a readout reads: the rollout's (``observe_rollout``), the generation ledger's
-#: (``observe_generation``) and the token pass's (``observe_loss``), each after the step's sync.
-VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens")
-PanelKind = Literal["lines", "band", "fractions"]
+#: (``observe_generation``), the token pass's and the MoE routing counts (both ``observe_loss``), each after
+#: the step's sync.
+VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens", "routing")
+PanelKind = Literal["lines", "band", "fractions", "heatmap", "log"]
+#: A number a figure draws, fixed or the run's own: ``(offset, scale, setting)`` is offset + scale x the run's
+#: MonitorConfig value of ``setting`` (a tolerance as ``"tolerances.mismatch_k3"``), else its default.
+Value = float | tuple[float, float, str]
 
 
 @dataclasses.dataclass(frozen=True)
 class Readout:
-    """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "")."""
+    """Keys of one synced vector: ``compute(values)`` when the count slot ``when`` is positive (always when "");
+    ``histograms(values)`` its histogram keys (one list per step), under the same condition. ``setting``: a
+    MonitorConfig field the readout also reads, ``compute(values, value)``, run only when the step sets it."""
 
     vector: str
     when: str
-    compute: Callable[[Mapping[str, float]], dict[str, float]]
+    compute: Callable[..., dict[str, float]]
+    histograms: Callable[[Mapping[str, float]], dict[str, list[float]]] | None = None
+    setting: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Shade:
+    """A horizontal band of a panel from ``low`` to ``high`` (:data:`Value`: fixed or the run's setting), with its
+    legend label (formatted with the run's settings, as a panel's labels). ``pad``: on a ``"log"`` panel, the y
+    range reaches at least low / pad and high x pad."""
+
+    low: Value
+    high: Value
+    label: str
+    color: str = "green"
+    pad: float = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,11 +67,18 @@ class Panel:
 
     ``kind``: ``"lines"`` (one line per key), ``"band"`` (keys ``(mean, std)``: the mean's line in a
     +-1 std band), ``"fractions"`` (shares of rows that add up to 1 at every step, stacked: a
-    histogram over time). ``labels``: one legend label per key ("" for the key itself; a band's
-    second label is the band's), formatted with the run's settings (``{entropy_low_threshold:g}``:
-    the run's MonitorConfig value, else its default). ``colors``: one of blue, orange, green,
-    red, grey, purple per key (default: in that order). ``share``: a percent axis.
-    ``references``: ``(y, label)`` horizontal lines ("": no legend entry); ``min_span``: the y range's least span.
+    histogram over time; ``overlay``: keys drawn as lines over the stack), ``"heatmap"`` (one
+    histogram key: its values per step as the columns of a colour map, value i on row i, as the
+    agreement of each MoE layer), ``"log"`` (one key, a max-type series, on a log axis, zeros drawn at the
+    floor). ``labels``: one legend label per key, then per overlay key ("" for
+    the key itself; a band's second label is the band's, a heat map's its colour bar's), formatted
+    with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else its
+    default). ``colors``: one of blue, orange, green, red, grey, purple, mid grey per key, then per
+    overlay key (default: in that order); ``styles``: a line style per key (default: the first
+    solid, the others dashed). ``share``: a percent axis (a heat map's colour scale ends at 1).
+    ``references``: ``(y, label)`` horizontal lines ("": no legend entry) in ``reference_color``; ``shades``:
+    bands drawn under the lines (over a log panel's line); ``min_span``: the y range's least span. ``y``, a
+    shade's edges and ``min_span`` are :data:`Value`: fixed, or the run's setting.
     """
 
     kind: PanelKind
@@ -59,19 +87,27 @@ class Panel:
     ylabel: str
     labels: tuple[str, ...] = ()
     colors: tuple[str, ...] = ()
+    styles: tuple[str, ...] = ()
     share: bool = False
-    references: tuple[tuple[float, str], ...] = ()
-    min_span: float = 0.0
+    overlay: tuple[str, ...] = ()
+    references: tuple[tuple[Value, str], ...] = ()
+    reference_color: str = "grey"
+    shades: tuple[Shade, ...] = ()
+    min_span: Value = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
 class FigureSpec:
     """A report figure as data: file stem, title, panels, the caption's first sentence and its statements.
 
+    ``caption``: its first sentence, formatted with the run's settings as a panel's labels are.
     ``statements``: ``(label, key, format)``: "<label> went from A in the first tenth of the run to B in
-    the last tenth" and the like, computed from the log. ``after``: the figure it follows on the page.
-    ``note``: whether a run without its keys gets a note saying how to log them (False for a family only
-    some trainers have, such as the off-policy one). ``height``: inches per panel.
+    the last tenth" and the like, computed from the log; ``peaks``: ``(label, key, format)``: "<label>
+    peaked at X at step s", each after its key's statement (else after them all); ``missing``: ``(key,
+    what)``: a run without the key gets "This log has no <what>" and what its integration sets to log
+    it; ``breaches``: an invariant whose breached steps the caption lists. ``after``: the figure it
+    follows on the page. ``note``: whether a run without its keys gets a note saying how to log them
+    (False for a family only some trainers have, such as the off-policy one). ``height``: inches per panel.
     """
 
     name: str
@@ -80,13 +116,17 @@ class FigureSpec:
     caption: str
     statements: tuple[tuple[str, str, str], ...]
     after: str
+    peaks: tuple[tuple[str, str, str], ...] = ()
+    missing: tuple[tuple[str, str], ...] = ()
+    breaches: str = ""
     note: bool = True
     height: float = 2.6
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key the figure draws or states, the principal one (the first panel's first) first."""
-        keys = [k for p in self.panels for k in p.keys] + [k for _, k, _ in self.statements]
+        keys = [k for p in self.panels for k in (*p.keys, *p.overlay)]
+        keys += [k for _, k, _ in (*self.statements, *self.peaks)] + [k for k, _ in self.missing]
         return tuple(dict.fromkeys(keys))
 
 
@@ -109,18 +149,39 @@ class Family:
         stray = [k for k in drawn if k not in own]
         if stray:
             raise ValueError(f"family {self.name!r} draws keys it does not catalogue: {stray}")
+        kinds = {m.key: m.kind for m in self.metrics}
+        maps = [p.keys for f in self.figures for p in f.panels if p.kind == "heatmap"]
+        if any(len(keys) != 1 or kinds[keys[0]] != "histogram" for keys in maps):
+            raise ValueError(f"family {self.name!r} maps keys {maps}; a heat map draws one histogram key")
 
 
-def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, float]:
-    """Every family's keys of one synced vector, in family order.
+def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float],
+             settings: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """Every family's keys of one synced vector, in family order; ``settings``: the step's values of the
+    MonitorConfig fields a readout reads (:attr:`Readout.setting`; one not given is not set).
 
     >>> f = Family("demo", (), (Readout("ledger", "n", lambda v: {"grpo/demo/x": v["s"] / v["n"]}),))
     >>> read_out([f], "ledger", {"n": 2.0, "s": 1.0}), read_out([f], "ledger", {"n": 0.0, "s": 0.0})
     ({'grpo/demo/x': 0.5}, {})
     """
     out: dict[str, float] = {}
-    for family in families:
-        for r in family.readouts:
-            if r.vector == vector and (not r.when or values[r.when] > 0):
-                out.update(r.compute(values))
+    for r in _due(families, vector, values):
+        if not r.setting:
+            out.update(r.compute(values))
+        elif (settings or {}).get(r.setting) is not None:
+            out.update(r.compute(values, (settings or {})[r.setting]))
     return out
+
+
+def read_histograms(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> dict[str, list[float]]:
+    """Every family's histogram keys of one synced vector, in family order (:attr:`Readout.histograms`)."""
+    out: dict[str, list[float]] = {}
+    for r in _due(families, vector, values):
+        if r.histograms is not None:
+            out.update(r.histograms(values))
+    return out
+
+
+def _due(families: Sequence[Family], vector: str, values: Mapping[str, float]) -> list[Readout]:
+    return [r for family in families for r in family.readouts
+            if r.vector == vector and (not r.when or values.get(r.when, 0.0) > 0)]

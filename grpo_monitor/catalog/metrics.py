@@ -25,9 +25,8 @@ import types
 from collections.abc import Mapping
 
 from ..invariants import INVARIANTS
-from .families import FAMILIES
+from .families import IN_ORDER
 from .health_metrics import health_entries
-from .moe_metrics import moe_entries
 from .record import (  # noqa: F401 - Metric and the phrases are part of this module's interface
     CHECKS,
     FIT,
@@ -45,7 +44,6 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .sampler_metrics import mismatch_entries, rollout_entries
 from .weight_metrics import weight_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
@@ -327,9 +325,9 @@ def _monitor_and_integrations() -> list[Metric]:
 
 
 def _catalogue() -> Mapping[str, Metric]:
-    families = [m for family in FAMILIES for m in family.metrics]  # each family's records, in its sections
-    entries = [*_groups(), *rollout_entries(), *_advantages(), *_kl(), *families, *mismatch_entries(),
-               *moe_entries(), *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+    families = [m for family in IN_ORDER for m in family.metrics]  # each family's records, in its sections
+    entries = [*_groups(), *_advantages(), *_kl(), *families,
+               *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order

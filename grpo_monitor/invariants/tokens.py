@@ -3,7 +3,7 @@
 The sums are the fused token pass's slots (:data:`grpo_monitor.stats.tokens.table`: ``mask_nonbinary``,
 ``logprob_nonfinite``, ``adv_row_spread_max``, ``ratio_*``, ``mm_*``), computed on the device and reduced
 once per step; :func:`token_violations` decides from them. The mismatch readout (importance-weight z-score,
-quantiles) is computed by the caller from the same sums (:func:`grpo_monitor.stats.tokens.readout.mismatch_metrics`).
+quantiles) is computed by the caller from the same sums (:func:`grpo_monitor.catalog.family_mismatch.mismatch_metrics`).
 """
 
 from __future__ import annotations

@@ -11,21 +11,19 @@ compared pairs, with A and B the two expert *sets* (ids deduplicated, order igno
 - top-k overlap: the mean of |A & B| / k.
 
 ``routing_vector`` reduces one micro-batch to integer counts (slots ``ROUTING_FIELDS``,
-float64 holds them exactly up to 2^53) that merge across micro-batches and ranks by sum;
-``routing_metrics`` turns the merged counts into ``grpo/moe/*``. No host sync, no
-data-dependent shapes: every (token, layer) pair is computed and weighted by validity.
+float64 holds them exactly up to 2^53) that merge across micro-batches and ranks by sum; the
+MoE family's readout (:mod:`grpo_monitor.catalog.family_moe`) turns the merged counts into
+``grpo/moe/*``. No host sync, no data-dependent shapes: every (token, layer) pair is computed and
+weighted by validity.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from ..catalog.family_moe import MAX_LAYERS
 from .fields import FieldLayout
 
-#: Layers with a per-layer slot pair; deeper layers count in the totals only (docs/async_moe.md).
-MAX_LAYERS = 128
 _TOTALS = ("moe_given", "moe_fallback", "moe_pairs", "moe_match", "moe_overlap", "moe_slots")
 ROUTING_FIELDS: tuple[tuple[str, str], ...] = (
     *((name, "sum") for name in _TOTALS), ("moe_layers", "max"),
@@ -105,27 +103,3 @@ def routing_vector(mask: torch.Tensor, routed: torch.Tensor, sampler: torch.Tens
     keep = min(layers, MAX_LAYERS)
     pad = torch.zeros(MAX_LAYERS - keep, dtype=torch.int64, device=pairs.device)
     return torch.cat([totals, per_pairs[:keep], pad, per_match[:keep], pad]).to(torch.float64)
-
-
-def layer_agreement(v: dict[str, float]) -> list[float]:
-    """Agreement of each layer up to ``min(L, MAX_LAYERS)``, in layer order (NaN: no compared pair)."""
-    layers = int(min(v.get("moe_layers", 0.0), MAX_LAYERS)) if math.isfinite(v.get("moe_layers", 0.0)) else 0
-    return [v[f"moe_match_{i}"] / v[f"moe_pairs_{i}"] if v[f"moe_pairs_{i}"] > 0 else math.nan
-            for i in range(layers)]
-
-
-def routing_metrics(v: dict[str, float]) -> tuple[dict[str, float], dict[str, list[float]]]:
-    """``grpo/moe/*`` scalars and the per-layer agreement histogram of merged ``ROUTING_FIELDS`` slots (empty: no
-    valid pair observed). The histogram lists the layers in order, leaving out a layer without a compared pair."""
-    if not v.get("moe_given", 0.0) > 0:
-        return {}, {}
-    out = {"grpo/moe/replay_fallback_frac": v["moe_fallback"] / v["moe_given"]}
-    if v["moe_pairs"] > 0:
-        per_layer = layer_agreement(v)
-        out["grpo/moe/agreement"] = v["moe_match"] / v["moe_pairs"]
-        out["grpo/moe/topk_overlap"] = v["moe_overlap"] / v["moe_slots"]
-        finite = [a for a in per_layer if math.isfinite(a)]
-        if finite:
-            out["grpo/moe/agreement_layer_min"] = min(finite)
-            return out, {"grpo/moe/agreement_by_layer": finite}
-    return out, {}

@@ -104,6 +104,6 @@ def mismatch_violations(v: dict[str, float], config: MonitorConfig, step: int, l
 
 
 def _readout(v: dict[str, float]) -> dict[str, float] | None:
-    from ..stats.tokens.readout import mismatch_metrics
+    from ..catalog.family_mismatch import mismatch_metrics
 
     return mismatch_metrics(v) if v.get("mm_tokens", 0) > 0 else None

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ..catalog.families import FAMILIES, read_out
+from ..catalog.families import IN_ORDER, read_histograms, read_out
 from ..report import StepReport
 from .accumulator import HostGroups
 
@@ -42,14 +42,7 @@ def rollout_metrics(v: dict[str, float]) -> dict[str, float]:
     }
     if v["adv_rows"] > 0:
         out.update(_advantage_metrics(v))
-    if v["truncation_rows"] > 0:
-        out["grpo/rows/truncated_rate"] = v["truncated_rows"] / v["truncation_rows"]
-        out["grpo/groups/degenerate_truncated_rate"] = _ratio(v["degenerate_truncated"], groups)
-    if v["len_above_rows"] > 0:
-        out["grpo/rows/length_above_mean"] = v["len_above_sum"] / v["len_above_rows"]
-    if v["len_below_rows"] > 0:
-        out["grpo/rows/length_below_mean"] = v["len_below_sum"] / v["len_below_rows"]
-    out.update(read_out(FAMILIES, "rollout", v))  # the families' keys of the rollout vector (the rows' ages)
+    out.update(read_out(IN_ORDER, "rollout", v))  # the families' keys of the rollout vector (truncation, ages)
     return out
 
 
@@ -151,7 +144,7 @@ def ledger_metrics(v: dict[str, float], retained_groups: float) -> dict[str, flo
     if v["token_batches"] > 0:
         out["grpo/sampling/generated_tokens"] = v["generated_tokens"]
         out["grpo/sampling/tokens_per_retained_group"] = _ratio(v["generated_tokens"], retained_groups)
-    out.update(read_out(FAMILIES, "ledger", v))  # the families' keys of the ledger (the staleness drop)
+    out.update(read_out(IN_ORDER, "ledger", v))  # the families' keys of the ledger (the staleness drop)
     return out
 
 
@@ -177,13 +170,12 @@ def assemble_report(step: int, rollout: dict[str, float] | None, ledger: dict[st
         metrics.update(ledger_metrics(ledger, rollout["groups"] if rollout else 0.0))
     moe: dict[str, list[float]] = {}
     if tokens is not None:
-        from ..stats.routing import routing_metrics
         from ..stats.tokens import TOKEN_FIELDS, token_metrics
 
         values = list(tokens.values())[:len(TOKEN_FIELDS)]  # the dict keeps TOKEN_FIELDS order, routing after
         metrics.update(token_metrics(values, mismatch_mask))
-        routing, moe = routing_metrics(tokens)
-        metrics.update(routing)
+        metrics.update(read_out(IN_ORDER, "routing", tokens))  # the families' keys of the routing counts (MoE)
+        moe = read_histograms(IN_ORDER, "routing", tokens)
     report = StepReport(step, metrics, list(violations), failed=failed, histograms=moe)
     report.estimator = estimator.name if estimator is not None else None
     report.histograms.update(group_histograms(groups))

@@ -3,8 +3,8 @@
 Slots with a ``key`` in the field table are reported from the table alone (a value, or a
 mean / fraction over a count slot); the few metrics built from several slots (means and
 stds from sums of squares, the k2 / k3 maxima from the extremes of u, the mean ratio,
-the mean response length) are derived below, and a family's keys (GSPO's sequence ratio, the
-entropy) in the family's own module (:data:`grpo_monitor.catalog.families.FAMILIES`).
+the mean response length) are derived below, and a family's keys (the mismatch, GSPO's sequence
+ratio, the entropy) in the family's own module (:data:`grpo_monitor.catalog.families.FAMILIES`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from collections.abc import Sequence
 
 import torch
 
-from ...catalog.families import FAMILIES, read_out
+from ...catalog.families import IN_ORDER, read_out
+from ...catalog.family_mismatch import mismatch_metrics  # noqa: F401 - its old import path
 from ...catalog.family_offpolicy import seq_ratio_metrics  # noqa: F401 - its old import path
-from .table import FIELDS, HIST_BINS, HIST_EDGES, TOKEN_LAYOUT
+from .table import FIELDS, TOKEN_LAYOUT
 
 
 def token_metrics(stats: torch.Tensor | Sequence[float], mismatch_mask: str | None = None) -> dict[str, float]:
@@ -49,65 +50,9 @@ def token_metrics(stats: torch.Tensor | Sequence[float], mismatch_mask: str | No
         out.update({"grpo/kl/user_mean": mean, "grpo/kl/user_std": std})
     if v["ratio_tokens"] > 0:
         out["grpo/ratio/mean"] = 1.0 + v["ratio_m1_sum"] / v["ratio_tokens"]
-    if v["mm_tokens"] > 0:
-        out.update(mismatch_metrics(v))
-        if mismatch_mask is not None:
-            out.update(masked_metrics(v, mismatch_mask))
-    out.update(read_out(FAMILIES, "tokens", v))  # the families' keys (sequence ratio, entropy)
+    # the families' keys (the mismatch, masked under the trainer's mismatch_mask; the sequence ratio; the entropy)
+    out.update(read_out(IN_ORDER, "tokens", v, {"mismatch_mask": mismatch_mask}))
     return out
-
-
-def mismatch_metrics(v: dict[str, float]) -> dict[str, float]:
-    """``grpo/mismatch/*`` from the slots of d = trainer - sampler log-probs (Delta) and rho = exp(d)."""
-    n = v["mm_tokens"]
-    dev, _ = _mean_std(n, v["mm_rho_m1_sum"], v["mm_rho_m1_sq_sum"])
-    var = max(v["mm_rho_m1_sq_sum"] / n - dev * dev, 0.0)
-    rows, w, w2 = v["mm_rows"], v["mm_seq_w_sum"], v["mm_seq_w_sq_sum"]
-    return {
-        "grpo/mismatch/k1_mean": -v["mm_d_sum"] / n,
-        "grpo/mismatch/abs_diff_p99": abs_diff_quantile(v, 0.99),
-        "grpo/mismatch/ratio_mean": 1.0 + dev,
-        "grpo/mismatch/ratio_min": math.exp(v["mm_d_min"]) if v["mm_d_min"] < 709 else math.inf,
-        "grpo/mismatch/ratio_max": math.exp(v["mm_d_max"]) if v["mm_d_max"] < 709 else math.inf,
-        "grpo/mismatch/ratio_mean_z": ratio_z(dev, var, n),
-        "grpo/mismatch/mult_prob_error": 1.0 + v["mm_mult_m1_sum"] / n,
-        "grpo/mismatch/seq_ratio_mean": w / rows if rows > 0 else math.nan,
-        "grpo/mismatch/seq_ess": w * w / (rows * w2) if rows > 0 and w2 > 0 else math.nan,
-    }
-
-
-def masked_metrics(v: dict[str, float], level: str) -> dict[str, float]:
-    """What TRL's token_mask (rho outside the band zeroed) or sequence_mask (rows whose weight exp(sum of Delta)
-    leaves the band zeroed) masks, and the normalised ESS (sum w)^2 / (n sum w^2) of the weights it keeps."""
-    if level == "token":
-        n, masked, w, w2 = v["mm_tokens"], v["mm_outside"], v["mm_kept_rho_sum"], v["mm_kept_rho_sq_sum"]
-    elif level == "sequence":
-        n, masked, w, w2 = v["mm_rows"], v["mm_seq_outside"], v["mm_seq_kept_w_sum"], v["mm_seq_kept_w_sq_sum"]
-    else:
-        raise ValueError(f"mismatch_mask must be 'token', 'sequence' or None, but got {level!r}")
-    return {"grpo/mismatch/masked_frac": masked / n, "grpo/mismatch/masked_ess": w * w / (n * w2) if w2 > 0 else 0.0}
-
-
-def ratio_z(dev: float, var: float, n: float) -> float:
-    """(mean rho - 1) in standard errors sqrt(var / n); rho - 1 are martingale differences under a sampler
-    that reports its own distribution, so uncorrelated across tokens. 0 below two tokens and for 0 / 0;
-    d / 0 is +-inf (identical weights away from 1)."""
-    se = math.sqrt(var / n)
-    if n < 2:
-        return 0.0
-    if se > 0:
-        return dev / se
-    return 0.0 if dev == 0 or math.isnan(dev) else math.copysign(math.inf, dev)
-
-
-def abs_diff_quantile(v: dict[str, float], q: float) -> float:
-    """Upper edge of the ``HIST_EDGES`` bin holding the ``q`` quantile of |Delta|, at most ``mm_abs_max``."""
-    need, seen = q * v["mm_tokens"], 0.0
-    for i in range(HIST_BINS):
-        seen += v[f"mm_hist_{i}"]
-        if seen >= need:
-            return min(HIST_EDGES[i], v["mm_abs_max"]) if i < len(HIST_EDGES) else v["mm_abs_max"]
-    return v["mm_abs_max"]
 
 
 def _table_metrics(v: dict[str, float]) -> dict[str, float]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from ...catalog.family_mismatch import HIST_BINS, HIST_EDGES, HIST_HIGH_EXP, HIST_LOW_EXP  # noqa: F401 - the kernel's
 from ..fields import FieldLayout
 
 
@@ -72,14 +73,8 @@ TOKEN_INPUTS: tuple[TokenInput, ...] = (
 #: The value tensors (every input but the mask), in the order the backends and the C kernel take them.
 VALUE_INPUTS: tuple[TokenInput, ...] = tuple(i for i in TOKEN_INPUTS if i.kind != "mask")
 
-#: The fixed histogram of |Delta| behind ``grpo/mismatch/abs_diff_p99``: four bins per octave
-#: with edges (1, 1.25, 1.5, 1.75) x 2^e for e in [HIST_LOW_EXP, HIST_HIGH_EXP), exactly
-#: representable in float32 (so every backend and rank bins a value alike); bin 0 holds
-#: |Delta| below 2^HIST_LOW_EXP (0 included), the last bin everything from 2^HIST_HIGH_EXP up.
-HIST_LOW_EXP, HIST_HIGH_EXP = -16, 6
-HIST_EDGES: tuple[float, ...] = tuple(
-    (1.0 + q / 4) * 2.0 ** e for e in range(HIST_LOW_EXP, HIST_HIGH_EXP) for q in range(4)) + (2.0 ** HIST_HIGH_EXP,)
-HIST_BINS = len(HIST_EDGES) + 1
+#: The ``mm_hist_*`` slots are the fixed histogram of |Delta| whose edges the mismatch family defines
+#: (``HIST_EDGES``, :mod:`grpo_monitor.catalog.family_mismatch`).
 #: The table. ``*_tokens`` count the valid tokens that carried the inputs a group of slots
 #: needs, so absent inputs give no keys. With u = ref_logprobs - logprobs and
 #: lr = logprobs - old_logprobs.

@@ -96,11 +96,12 @@ def advantages(run: RunData) -> str:
              peak(run, "the largest |advantage| in a degenerate group", run.series("grpo/adv/degenerate_abs_max"),
                   _SMALL),
              _change(run, "the mean live-group std of advantages", "grpo/adv/live_std_mean", "{:.4f}")]
-    parts += [_breaches(run, name) for name in ("zero_group_mean", "degenerate_zero", "affine_in_rewards")]
+    parts += [breaches(run, name) for name in ("zero_group_mean", "degenerate_zero", "affine_in_rewards")]
     return sentences(parts)
 
 
-def _breaches(run: RunData, invariant: str) -> str | None:
+def breaches(run: RunData, invariant: str) -> str | None:
+    """"the <invariant> invariant was breached at N steps (steps ...)", or None when it never was."""
     steps = sorted({m.step for m in run.violations if m.invariant == invariant})
     if not steps:
         return None
@@ -209,33 +210,6 @@ def sampling(run: RunData) -> str:
     return sentences(parts)
 
 
-def mismatch(run: RunData) -> str:
-    from .plots_sampler import NOISE_K3, tolerance
-
-    parts = [f"Mismatch between the sampler's log-probs and the trainer's, D = trainer - sampler per valid token: "
-             f"above the error threshold mismatch_k3 = {tolerance(run, 'mismatch_k3'):g} nats (this run's config) "
-             f"the mismatch is a defect, the green band ({NOISE_K3[0]:g} to {NOISE_K3[1]:g}) is the numerical noise "
-             f"measured in docs/mismatch.md; importance weights average to 1 within "
-             f"+-{tolerance(run, 'mismatch_ratio_bias'):g} when the sampler reports what it sampled",
-             _change(run, "the mismatch KL k3 per token", "grpo/mismatch/k3_mean", "{:.3g}"),
-             peak(run, "the largest mismatch KL k3 per token", run.series("grpo/mismatch/k3_mean"), "{:.3g}"),
-             _change(run, "the mean token importance weight", "grpo/mismatch/ratio_mean", "{:.4f}"),
-             _breaches(run, "mismatch")]
-    return sentences(parts)
-
-
-def split(run: RunData) -> str:
-    parts = ["Degenerate groups by kind, stacked as shares of all groups (they add up to the degenerate rate): all "
-             "unsolved, all solved, or equal at another reward; the line is the share of rows cut at the length limit",
-             _change(run, "the share of all-unsolved groups", "grpo/groups/degenerate_low_rate", _RATE),
-             _change(run, "the share of all-solved groups", "grpo/groups/degenerate_high_rate", _RATE),
-             _change(run, "the share of other degenerate groups", "grpo/groups/degenerate_other_rate", _RATE),
-             _change(run, "the truncated-row rate", "grpo/rows/truncated_rate", _RATE)]
-    if not run.has("grpo/rows/truncated_rate"):
-        parts.append(f"This log has no truncation rate: {_advice(run, 'grpo/rows/truncated_rate')}")
-    return sentences(parts)
-
-
 def violations(run: RunData) -> str:
     by_name: dict[str, list[int]] = {}
     for mark in run.violations:
@@ -250,5 +224,5 @@ def violations(run: RunData) -> str:
 CAPTIONS: dict[str, Callable[[RunData], str]] = {
     "violations": violations, "degenerate": degenerate, "prompts": prompts, "question_std": question_std,
     "advantages": advantages, "convention": convention, "overdispersion_stuck": overdispersion_stuck, "kl": kl,
-    "ratio": ratio, "tokens": tokens, "sampling": sampling, "mismatch": mismatch, "split": split,
+    "ratio": ratio, "tokens": tokens, "sampling": sampling,
 }

@@ -12,7 +12,7 @@ told about when it lacks them.
 from __future__ import annotations
 
 from ...catalog.families import DECLARED_FIGURES
-from . import captions, plots, plots_offpolicy, plots_sampler, plots_tokens
+from . import captions, plots, plots_offpolicy, plots_tokens
 from .declared import report_spec
 from .notes import advice
 from .plots_core import FigureSpec
@@ -43,12 +43,6 @@ _DRAWN: tuple[FigureSpec, ...] = (
     FigureSpec("ratio", "Importance ratio and clipping",
                ("grpo/ratio/mean", "grpo/ratio/clip_frac", "grpo/ratio/log_abs_max"),
                plots_tokens.draw_ratio, captions.ratio),
-    FigureSpec("mismatch", "Training-inference mismatch",
-               ("grpo/mismatch/k3_mean", "grpo/mismatch/ratio_mean"), plots_sampler.draw_mismatch, captions.mismatch),
-    FigureSpec("split", "Truncation and the degenerate split",
-               ("grpo/groups/degenerate_low_rate", "grpo/groups/degenerate_high_rate",
-                "grpo/groups/degenerate_other_rate", "grpo/rows/truncated_rate"),
-               plots_sampler.draw_split, captions.split),
     FigureSpec("tokens", "Response length and live tokens",
                ("grpo/tokens/response_length_mean", "grpo/tokens/live_fraction"),
                plots_tokens.draw_tokens, captions.tokens),
@@ -60,18 +54,11 @@ _DRAWN: tuple[FigureSpec, ...] = (
                plots.draw_sampling, captions.sampling),
 )
 
-#: Figures of asynchronous and MoE runs (docs/async_moe.md), after the others: drawn when the run logged them, and,
-#: unlike the figures above, without a "no data" note when it did not (most runs are neither). The sequence ratio is
-#: drawn for runs whose loss clips it (settings ``importance_sampling_level="sequence"``, or ``loss_mode="gspo"``).
-#: The rows' ages and a stale drop's bias are the off-policy family's declared figure (``offpolicy``).
-OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = (
-    FigureSpec("seq_ratio", "Sequence ratio and its clip band",
-               ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
-               plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption, note=False),
-    FigureSpec("routing", "MoE routing agreement",
-               ("grpo/moe/agreement", "grpo/moe/topk_overlap", "grpo/moe/agreement_layer_min"),
-               plots_offpolicy.draw_routing, plots_offpolicy.routing_caption, note=False),
-)
+#: The sequence ratio, after the others: drawn for runs whose loss clips it (settings
+#: ``importance_sampling_level="sequence"``, or ``loss_mode="gspo"``), without a "no data" note otherwise.
+_SEQ_RATIO = FigureSpec("seq_ratio", "Sequence ratio and its clip band",
+                        ("grpo/seq_ratio/mean", "grpo/seq_ratio/min", "grpo/seq_ratio/max", "grpo/seq_ratio/clip_frac"),
+                        plots_offpolicy.draw_seq_ratio, plots_offpolicy.seq_ratio_caption, note=False)
 
 
 def _page(drawn: tuple[FigureSpec, ...]) -> tuple[FigureSpec, ...]:
@@ -86,7 +73,11 @@ def _page(drawn: tuple[FigureSpec, ...]) -> tuple[FigureSpec, ...]:
 
 
 #: Every figure, in page order.
-PAGE: tuple[FigureSpec, ...] = _page(_DRAWN) + OFFPOLICY_FIGURES
+PAGE: tuple[FigureSpec, ...] = _page((*_DRAWN, _SEQ_RATIO))
+#: Figures of asynchronous and MoE runs (docs/async_moe.md): drawn when the run logged them, and, unlike the
+#: others, without a "no data" note when it did not (most runs are neither): the rows' ages and a stale drop's
+#: bias (the off-policy family's ``offpolicy``), the sequence ratio, MoE routing (the MoE family's ``routing``).
+OFFPOLICY_FIGURES: tuple[FigureSpec, ...] = tuple(f for f in PAGE if not f.note)
 #: The figures a run that lacks them gets a note about (every one but those of families only some trainers have).
 FIGURES: tuple[FigureSpec, ...] = tuple(f for f in PAGE if f.note)
 

@@ -32,13 +32,6 @@ TRENDS: tuple[tuple[str, str, str], ...] = (
     ("reward mean", "grpo/reward/mean", "{:.4g}"),
     ("overdispersion", "grpo/groups/overdispersion", "{:.3f}"),
     ("unscorable rows / step", "grpo/rows/unscorable", "{:.1f}"),
-    # the trainer's own logged metrics, when the recording holds them (scan/logged.py)
-    ("mismatch k3 (nats/token)", "grpo/mismatch/k3_mean", "{:.3g}"),
-    ("mismatch k1 (nats/token)", "grpo/mismatch/k1_mean", "{:.3g}"),
-    ("mean |trainer - sampler|", "grpo/mismatch/abs_diff_mean", "{:.3g}"),
-    ("max |trainer - sampler|", "grpo/mismatch/abs_diff_max", "{:.3g}"),
-    ("mult. prob. error", "grpo/mismatch/mult_prob_error", "{:.4g}"),
-    ("truncated rows", "grpo/rows/truncated_rate", "{:.1%}"),
     *TREND_ROWS,
 )
 TREND_KEYS: tuple[str, ...] = tuple(k for _, k, _ in TRENDS)
