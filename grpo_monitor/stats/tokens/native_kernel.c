@@ -68,7 +68,7 @@ typedef struct {
     __m256 m1_sum, lr_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, nll_sum;
     __m256i mm_out, ent_low;
     __m256 mm_d_sum, mm_abs_sum, mm_abs_max, mm_d_min, mm_d_max, mm_k3, mm_m1, mm_m1_sq, mm_mult;
-    __m256 ent_sum, ent_sq, kept, kept_sq;
+    __m256 ent_sum, ent_sq, kept, kept_sq, is_sum, is_min, is_max;
     int32_t hist[HIST_COPIES][HIST_BINS + 1];
 } Acc;
 
@@ -334,6 +334,20 @@ static void pass_entropy(const Seg *S, int64_t n, float low, Acc *A) {
     A->ent_low = below; A->ent_sum = s1; A->ent_sq = s2;
 }
 
+/* The trainer's importance-sampling correction weights: their sum and extremes on valid tokens (a non-finite
+ * weight makes the sum non-finite, and finish_row then takes the extremes from exact_row, NaN-exact). */
+static void pass_is(const Seg *S, int64_t n, Acc *A) {
+    __m256 s1 = A->is_sum, mn = A->is_min, mx = A->is_max;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_at(S, j), w = _mm256_loadu_ps(S->isw + j);
+        s1 = _mm256_add_ps(s1, _mm256_and_ps(valid, w));
+        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, w, valid));
+        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, w, valid));
+    }
+    A->is_sum = s1; A->is_min = mn; A->is_max = mx;
+}
+
 /* Non-finite tokens when no difference of log-probabilities is formed (one input alone, or
  * ref, old and sampler without logprobs and old): NaN or inf in their sum. With a difference, a non-finite
  * token makes a row sum non-finite and the row is recounted exactly (finish_row). */
@@ -362,6 +376,7 @@ static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
     if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A);
     if (S->kl) pass_user(S, n, in, A);
     if (S->ent) pass_entropy(S, n, in->ent_low, A);
+    if (S->isw) pass_is(S, n, A);
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -407,7 +422,9 @@ static inline float mask_at(const Inputs *in, int64_t i) {
 }
 
 /* Extrema and non-finite count of one row by scalar code, NaN-exact. */
-typedef struct { float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, d_max, d_min, d_abs_max, nonfin; } Exact;
+typedef struct {
+    float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, d_max, d_min, d_abs_max, nonfin, is_max, is_min;
+} Exact;
 
 /* The sum whose finiteness marks a non-finite token, in the torch form's order: u, lr, d where
  * formed, else the log-probabilities given (absent ones are 0 here). */
@@ -421,7 +438,8 @@ static inline float token_total(int has_u, int has_lr, int has_d, float u, float
 }
 
 static Exact exact_row(const Inputs *in, int64_t row) {
-    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY, INFINITY, 0.0f, 0.0f};
+    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY,
+               INFINITY};
     const float *trn = in->old ? in->old : in->lp;
     int has_u = in->lp && in->ref, has_lr = in->lp && in->old, has_d = in->smp && trn;
     for (int64_t i = row * in->T; i < (row + 1) * in->T; i++) {
@@ -431,6 +449,7 @@ static Exact exact_row(const Inputs *in, int64_t row) {
         if (in->adv_ndim == 2) { x.adv_hi = fmax_nan(x.adv_hi, in->adv[i]); x.adv_lo = fmin_nan(x.adv_lo, in->adv[i]); }
         if (has_u) { x.u_max = fmax_nan(x.u_max, u); x.u_min = fmin_nan(x.u_min, u); }
         if (has_lr) x.lr_max = fmax_nan(x.lr_max, fabsf(lr));
+        if (in->isw) { x.is_max = fmax_nan(x.is_max, in->isw[i]); x.is_min = fmin_nan(x.is_min, in->isw[i]); }
         if (has_u && in->kl) x.diff_max = fmax_nan(x.diff_max, fabsf(in->kl[i] - k3_scalar(u)));
         if (has_d) {
             x.d_max = fmax_nan(x.d_max, d); x.d_min = fmin_nan(x.d_min, d); x.d_abs_max = fmax_nan(x.d_abs_max, fabsf(d));
@@ -443,7 +462,7 @@ static Exact exact_row(const Inputs *in, int64_t row) {
 
 /* Indices of the row sums in finish_row's sums[]. */
 enum { ADV, ADV_ABS, U, U_SQ, U_QUAD, K3, K3_SQ, M1, USER, USER_SQ, LR_K3, NLL, MM_D, MM_K3, MM_ABS, MM_M1, MM_M1_SQ,
-       MM_MULT, LR, KEPT, KEPT_SQ, NSUMS };
+       MM_MULT, LR, KEPT, KEPT_SQ, IS, NSUMS };
 
 /* The mismatch slots of one row: sums of d, k3(d), |d|, rho - 1, exp|d| - 1, the band, the row's weight
  * w = exp(mean d) (in double from the float mean, as the torch form) and the histogram. */
@@ -486,9 +505,9 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
                          hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
                          hsum(a->lr_k3), hsum(a->nll_sum), hsum(a->mm_d_sum), hsum(a->mm_k3), hsum(a->mm_abs_sum),
                          hsum(a->mm_m1), hsum(a->mm_m1_sq), hsum(a->mm_mult), hsum(a->lr_sum),
-                         hsum(a->kept), hsum(a->kept_sq)};
+                         hsum(a->kept), hsum(a->kept_sq), hsum(a->is_sum)};
     Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max),
-               hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0};
+               hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0, hmax(a->is_max), hmin(a->is_min)};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
     for (int k = 0; k < NSUMS; k++) finite &= isfinite(sums[k]);
     if (!finite) x = exact_row(in, row);
@@ -528,12 +547,16 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
         if (has_u) { o[S_user_k3_tokens] += cnt; if (has) put_max(&o[S_user_k3_absdiff_max], x.diff_max); }
         if (in->has_clamp) { o[S_user_clamp_tokens] += cnt; o[S_user_clamp_hits] += hcount(a->hits); }
     }
+    if (in->isw) {
+        o[S_is_tokens] += cnt; o[S_is_sum] += sums[IS];
+        put_min(&o[S_is_min], x.is_min); put_max(&o[S_is_max], x.is_max);
+    }
 }
 
 static void init_acc(Acc *a) {
     memset(a, 0, sizeof *a);
-    a->adv_hi = a->u_max = a->mm_d_max = _mm256_set1_ps(-INFINITY);
-    a->adv_lo = a->u_min = a->mm_d_min = _mm256_set1_ps(INFINITY);
+    a->adv_hi = a->u_max = a->mm_d_max = a->is_max = _mm256_set1_ps(-INFINITY);
+    a->adv_lo = a->u_min = a->mm_d_min = a->is_min = _mm256_set1_ps(INFINITY);
 }
 
 /* The mask of tokens [off, off + n) as float, zero-padded to `padded` (a multiple of 8);
