@@ -88,6 +88,34 @@ static inline __m256i tally(__m256i acc, __m256 flags) { return _mm256_sub_epi32
 static inline __m256 masked(__m256 valid, const float *p, int64_t j) { return _mm256_and_ps(valid, _mm256_loadu_ps(p + j)); }
 static inline __m256 valid_at(const Seg *S, int64_t j) { return _mm256_cmp_ps(_mm256_loadu_ps(S->m + j), ZERO, _CMP_GT_OQ); }
 
+/* A segment whose mask is exactly 1 on every token (dense rows) is read by the passes' dense variants: no mask
+ * loads, compares, ANDs or blends, the same results bit for bit (an AND with an all-true mask and a blend that keeps
+ * every lane are the identity). Each pass takes `dense` as a constant: `passes` is inlined once per value. */
+#define PASS static inline __attribute__((always_inline))
+#define ALL_TRUE _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+PASS __m256 valid_in(const Seg *S, int64_t j, int dense) { return dense ? ALL_TRUE : valid_at(S, j); }
+PASS __m256 load_in(__m256 valid, const float *p, int64_t j, int dense) {
+    return dense ? _mm256_loadu_ps(p + j) : masked(valid, p, j);
+}
+PASS __m256 or_fill(__m256 fill, __m256 x, __m256 valid, int dense) {
+    return dense ? x : _mm256_blendv_ps(fill, x, valid);
+}
+PASS __m256 on_valid(__m256 valid, __m256 flags, int dense) { return dense ? flags : _mm256_and_ps(valid, flags); }
+
+/* The same tokens of the next segment, requested while this one is computed (one cache line, 16 tokens, every other
+ * vector): each pass asks for the next segment of the inputs it reads, so the requests are spread over the whole
+ * segment's arithmetic and the memory reads overlap it (a burst of them at the segment's start stalled as long as
+ * the reads themselves; without them the reads and the arithmetic added up). Past the last row they are dropped. */
+PASS void ahead(const float *p, int64_t j) {
+    if (p && !(j & 15)) _mm_prefetch((const char *)(p + j + SEG), _MM_HINT_T0);
+}
+
+static int all_ones(const float *m, int64_t n) {
+    for (int64_t j = 0; j < n; j += 8)
+        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(m + j), ONE, _CMP_EQ_OQ)) != 0xFF) return 0;
+    return 1;
+}
+
 /* exp(x) - 1 - x on [LOW, HIGH], the scheme of fast_exp.py: x = n ln2 + r, exp(r) = 1 + r + q. */
 #define LOW -104.0f
 #define HIGH 89.0f
@@ -142,6 +170,18 @@ static inline __m256 expm1_fast(__m256 x) {
     return _mm256_add_ps(k3_core(xc), xc);
 }
 
+/* k3_any(x) and expm1_any(x) from one polynomial: the same operations, bit for bit. */
+PASS void k3_and_expm1(__m256 x, __m256 *k3, __m256 *m1) {
+    if (all_small(vabs(x))) {
+        *k3 = k3_small(x);
+        *m1 = _mm256_add_ps(*k3, x);
+    } else {
+        __m256 xc = clamp_arg(x), core = k3_core(xc);
+        *k3 = _mm256_add_ps(core, _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(x, _mm256_set1_ps(LOW))));
+        *m1 = _mm256_add_ps(core, xc);
+    }
+}
+
 static inline __m256 k3_any(__m256 x) { return all_small(vabs(x)) ? k3_small(x) : k3_fast(x); }
 static inline __m256 expm1_any(__m256 x) {
     return all_small(vabs(x)) ? _mm256_add_ps(k3_small(x), x) : expm1_fast(x);
@@ -174,44 +214,58 @@ static float k3_scalar(float x) {
 /* Returns whether the segment holds a valid token: the other passes add nothing on padding (every
  * input is zeroed there, a neutral element of every sum and of the maxima of absolute values; signed
  * extrema take +-inf fills, the histogram's padding lanes its trash bin), so they skip such segments. */
-static int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
+PASS int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A, int dense) {
     __m256i cnt = A->cnt, nonbin = A->nonbin;
     __m256 any = ZERO;
     __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, nll_sum = A->nll_sum;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     const float *sampled = sampled_of(S);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
-        cnt = tally(cnt, valid);
-        any = _mm256_or_ps(any, valid);
-        if (sampled) nll_sum = _mm256_add_ps(nll_sum, masked(valid, sampled, j)); /* sampled_nll_mean */
-        nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
+        __m256 valid = ALL_TRUE;
+        ahead(S->m, j);
+        ahead(sampled, j);
+        if (adv2) ahead(S->adv, j);
+        if (!dense) { /* dense: every token valid, none non-binary; counted after the loop */
+            __m256 m = _mm256_loadu_ps(S->m + j);
+            valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
+            cnt = tally(cnt, valid);
+            any = _mm256_or_ps(any, valid);
+            nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0) */
+        }
+        if (sampled) nll_sum = _mm256_add_ps(nll_sum, load_in(valid, sampled, j, dense)); /* sampled_nll_mean */
         if (adv2) {
-            __m256 a = _mm256_loadu_ps(S->adv + j), a0 = _mm256_and_ps(valid, a);
+            __m256 a = _mm256_loadu_ps(S->adv + j), a0 = on_valid(valid, a, dense);
             sum = _mm256_add_ps(sum, a0);
             abs_sum = _mm256_add_ps(abs_sum, vabs(a0));
-            hi = _mm256_max_ps(hi, _mm256_blendv_ps(ninf, a, valid));
-            lo = _mm256_min_ps(lo, _mm256_blendv_ps(pinf, a, valid));
+            hi = _mm256_max_ps(hi, or_fill(ninf, a, valid, dense));
+            lo = _mm256_min_ps(lo, or_fill(pinf, a, valid, dense));
         }
+    }
+    if (dense) {
+        cnt = _mm256_add_epi32(cnt, _mm256_set1_epi32((int32_t)(n / 8)));
+        any = ALL_TRUE;
     }
     A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
     A->nll_sum = nll_sum;
     return _mm256_movemask_ps(any) != 0;
 }
 
-static void pass_kl(const Seg *S, int64_t n, Acc *A) {
+PASS void pass_kl(const Seg *S, int64_t n, Acc *A, int dense) {
     __m256i pos = A->u_pos;
     __m256 s1 = A->u_sum, s2 = A->u_sq, s4 = A->u_quad, mx = A->u_max, mn = A->u_min, k1 = A->k3_sum, k2 = A->k3_sq;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j)), u2 = _mm256_mul_ps(u, u);
+        __m256 valid = valid_in(S, j, dense);
+        ahead(S->ref, j);
+        ahead(S->lp, j);
+        __m256 u = _mm256_sub_ps(load_in(valid, S->ref, j, dense), load_in(valid, S->lp, j, dense));
+        __m256 u2 = _mm256_mul_ps(u, u);
         s1 = _mm256_add_ps(s1, u);
         s2 = _mm256_add_ps(s2, u2);
         s4 = _mm256_fmadd_ps(u2, u2, s4);
         pos = tally(pos, _mm256_cmp_ps(u, ZERO, _CMP_GT_OQ));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, u, valid));
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, u, valid));
+        mx = _mm256_max_ps(mx, or_fill(ninf, u, valid, dense));
+        mn = _mm256_min_ps(mn, or_fill(pinf, u, valid, dense));
         __m256 k3 = k3_any(u);
         k1 = _mm256_add_ps(k1, k3);
         k2 = _mm256_fmadd_ps(k3, k3, k2);
@@ -220,45 +274,49 @@ static void pass_kl(const Seg *S, int64_t n, Acc *A) {
     A->k3_sum = k1; A->k3_sq = k2;
 }
 
-static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
+PASS void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A, int dense) {
     __m256i clip = A->clip;
     __m256 m1 = A->m1_sum, s1 = A->lr_sum, mx = A->lr_max, k3 = A->lr_k3;
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 lr = _mm256_sub_ps(masked(valid, S->lp, j), masked(valid, S->old, j));
+        __m256 valid = valid_in(S, j, dense), k3_lr, m1_lr;
+        ahead(S->lp, j);
+        ahead(S->old, j);
+        __m256 lr = _mm256_sub_ps(load_in(valid, S->lp, j, dense), load_in(valid, S->old, j, dense));
         clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
-        m1 = _mm256_add_ps(m1, expm1_any(lr));
+        k3_and_expm1(lr, &k3_lr, &m1_lr);
+        m1 = _mm256_add_ps(m1, m1_lr);
         s1 = _mm256_add_ps(s1, lr); /* the row's mean: GSPO's sequence ratio */
-        k3 = _mm256_add_ps(k3, k3_any(lr));
+        k3 = _mm256_add_ps(k3, k3_lr);
         mx = _mm256_max_ps(mx, vabs(lr));
     }
     A->clip = clip; A->m1_sum = m1; A->lr_sum = s1; A->lr_max = mx; A->lr_k3 = k3;
 }
 
-static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256i hits = A->hits;
     __m256 s1 = A->user_sum, s2 = A->user_sq, dmax = A->diff_max;
     const __m256 clo = _mm256_set1_ps(in->clamp_lo), chi = _mm256_set1_ps(in->clamp_hi);
     int has_u = S->lp && S->ref;
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), k0 = masked(valid, S->kl, j);
+        __m256 valid = valid_in(S, j, dense), k0 = load_in(valid, S->kl, j, dense);
+        ahead(S->kl, j);
         s1 = _mm256_add_ps(s1, k0);
         s2 = _mm256_fmadd_ps(k0, k0, s2);
         if (has_u) {
-            __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j));
+            __m256 u = _mm256_sub_ps(load_in(valid, S->ref, j, dense), load_in(valid, S->lp, j, dense));
             dmax = _mm256_max_ps(dmax, vabs(_mm256_sub_ps(k0, k3_any(u))));
         }
         if (in->has_clamp) {
             __m256 hit = _mm256_or_ps(_mm256_cmp_ps(k0, clo, _CMP_LE_OQ), _mm256_cmp_ps(k0, chi, _CMP_GE_OQ));
-            hits = tally(hits, _mm256_and_ps(valid, hit));
+            hits = tally(hits, on_valid(valid, hit, dense));
         }
     }
     A->hits = hits; A->user_sum = s1; A->user_sq = s2; A->diff_max = dmax;
 }
 
 /* d = trainer - sampler: its sums, extrema, the importance-weight band and the |d| histogram. */
-static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256i out = A->mm_out;
     __m256 s1 = A->mm_d_sum, sa = A->mm_abs_sum, amax = A->mm_abs_max, mn = A->mm_d_min, mx = A->mm_d_max;
     const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
@@ -268,18 +326,20 @@ static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
     const float *trn = trainer_of(S);
     int32_t bins[SEG];
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d);
+        __m256 valid = valid_in(S, j, dense);
+        ahead(trn, j);
+        ahead(S->smp, j);
+        __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
         s1 = _mm256_add_ps(s1, d);
         sa = _mm256_add_ps(sa, ad);
         amax = _mm256_max_ps(amax, ad);
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, d, valid));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, d, valid));
+        mn = _mm256_min_ps(mn, or_fill(pinf, d, valid, dense));
+        mx = _mm256_max_ps(mx, or_fill(ninf, d, valid, dense));
         __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
-        out = tally(out, _mm256_and_ps(valid, outside));
+        out = tally(out, on_valid(valid, outside, dense));
         __m256i bin = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(ad), 21), key0);
         bin = _mm256_min_epi32(_mm256_max_epi32(bin, _mm256_setzero_si256()), last);
-        bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
+        if (!dense) bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
         _mm256_storeu_si256((__m256i *)(bins + j), bin);
     }
     /* Apart from the vector loop (it runs faster so), unrolled by hand over the four copies: a load and an
@@ -294,56 +354,61 @@ static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
 }
 
 /* The exponentials of d: k3(d), rho - 1 = exp(d) - 1 (one polynomial: k3 + d) and exp|d| - 1. */
-static void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult, kept = A->kept, kept_sq = A->kept_sq;
     const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
     const float *trn = trainer_of(S);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d), k3, m1;
+        __m256 valid = valid_in(S, j, dense);
+        __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
+        __m256 k3, m1, mult_d; /* expm1_any(|d|) takes the small branch exactly when d's k3 and expm1 do */
         if (all_small(ad)) {
             k3 = k3_small(d);
             m1 = _mm256_add_ps(k3, d);
+            mult_d = _mm256_add_ps(k3_small(ad), ad);
         } else {
             __m256 dc = clamp_arg(d), core = k3_core(dc);
             k3 = _mm256_add_ps(core, _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(d, _mm256_set1_ps(LOW))));
             m1 = _mm256_add_ps(core, dc);
+            mult_d = expm1_fast(ad);
         }
         k3s = _mm256_add_ps(k3s, k3);
         m1s = _mm256_add_ps(m1s, m1);
         m1sq = _mm256_fmadd_ps(m1, m1, m1sq);
-        mult = _mm256_add_ps(mult, expm1_any(ad));
+        mult = _mm256_add_ps(mult, mult_d);
         __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
-        __m256 rho = _mm256_and_ps(_mm256_andnot_ps(outside, valid), _mm256_add_ps(m1, ONE)); /* token_mask keeps */
+        __m256 rho = _mm256_andnot_ps(outside, on_valid(valid, _mm256_add_ps(m1, ONE), dense)); /* token_mask keeps */
         kept = _mm256_add_ps(kept, rho);
         kept_sq = _mm256_fmadd_ps(rho, rho, kept_sq);
     }
     A->mm_k3 = k3s; A->mm_m1 = m1s; A->mm_m1_sq = m1sq; A->mm_mult = mult; A->kept = kept; A->kept_sq = kept_sq;
 }
 
-static void pass_entropy(const Seg *S, int64_t n, float low, Acc *A) {
+PASS void pass_entropy(const Seg *S, int64_t n, float low, Acc *A, int dense) {
     __m256i below = A->ent_low;
     __m256 s1 = A->ent_sum, s2 = A->ent_sq;
     const __m256 vlow = _mm256_set1_ps(low);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), e = masked(valid, S->ent, j);
+        __m256 valid = valid_in(S, j, dense), e = load_in(valid, S->ent, j, dense);
+        ahead(S->ent, j);
         s1 = _mm256_add_ps(s1, e);
         s2 = _mm256_fmadd_ps(e, e, s2);
-        below = tally(below, _mm256_and_ps(valid, _mm256_cmp_ps(e, vlow, _CMP_LT_OQ)));
+        below = tally(below, on_valid(valid, _mm256_cmp_ps(e, vlow, _CMP_LT_OQ), dense));
     }
     A->ent_low = below; A->ent_sum = s1; A->ent_sq = s2;
 }
 
 /* The trainer's importance-sampling correction weights: their sum and extremes on valid tokens (a non-finite
  * weight makes the sum non-finite, and finish_row then takes the extremes from exact_row, NaN-exact). */
-static void pass_is(const Seg *S, int64_t n, Acc *A) {
+PASS void pass_is(const Seg *S, int64_t n, Acc *A, int dense) {
     __m256 s1 = A->is_sum, mn = A->is_min, mx = A->is_max;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), w = _mm256_loadu_ps(S->isw + j);
-        s1 = _mm256_add_ps(s1, _mm256_and_ps(valid, w));
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, w, valid));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, w, valid));
+        __m256 valid = valid_in(S, j, dense), w = _mm256_loadu_ps(S->isw + j);
+        ahead(S->isw, j);
+        s1 = _mm256_add_ps(s1, on_valid(valid, w, dense));
+        mn = _mm256_min_ps(mn, or_fill(pinf, w, valid, dense));
+        mx = _mm256_max_ps(mx, or_fill(ninf, w, valid, dense));
     }
     A->is_sum = s1; A->is_min = mn; A->is_max = mx;
 }
@@ -351,32 +416,37 @@ static void pass_is(const Seg *S, int64_t n, Acc *A) {
 /* Non-finite tokens when no difference of log-probabilities is formed (one input alone, or
  * ref, old and sampler without logprobs and old): NaN or inf in their sum. With a difference, a non-finite
  * token makes a row sum non-finite and the row is recounted exactly (finish_row). */
-static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
+PASS void pass_nonfinite(const Seg *S, int64_t n, Acc *A, int dense) {
     __m256i nf = A->nonfin;
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), total = ZERO;
-        if (S->lp) total = _mm256_add_ps(total, masked(valid, S->lp, j));
-        if (S->ref) total = _mm256_add_ps(total, masked(valid, S->ref, j));
-        if (S->old) total = _mm256_add_ps(total, masked(valid, S->old, j));
-        if (S->smp) total = _mm256_add_ps(total, masked(valid, S->smp, j));
+        __m256 valid = valid_in(S, j, dense), total = ZERO;
+        if (S->lp) total = _mm256_add_ps(total, load_in(valid, S->lp, j, dense));
+        if (S->ref) total = _mm256_add_ps(total, load_in(valid, S->ref, j, dense));
+        if (S->old) total = _mm256_add_ps(total, load_in(valid, S->old, j, dense));
+        if (S->smp) total = _mm256_add_ps(total, load_in(valid, S->smp, j, dense));
         nf = tally(nf, _mm256_cmp_ps(_mm256_sub_ps(total, total), ZERO, _CMP_NEQ_UQ));
     }
     A->nonfin = nf;
 }
 
-static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
-    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A)) return;
+PASS void passes(const Inputs *in, const Seg *S, int64_t n, Acc *A, int dense) {
+    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A, dense)) return;
     int kl = S->lp && S->ref, ratio = S->lp && S->old, mm = S->smp && trainer_of(S);
-    if (kl) pass_kl(S, n, A);
-    if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
+    if (kl) pass_kl(S, n, A, dense);
+    if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A, dense);
     if (mm) {
-        pass_mm_linear(S, n, in, A);
-        pass_mm_exp(S, n, in, A);
+        pass_mm_linear(S, n, in, A, dense);
+        pass_mm_exp(S, n, in, A, dense);
     }
-    if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A);
-    if (S->kl) pass_user(S, n, in, A);
-    if (S->ent) pass_entropy(S, n, in->ent_low, A);
-    if (S->isw) pass_is(S, n, A);
+    if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A, dense);
+    if (S->kl) pass_user(S, n, in, A, dense);
+    if (S->ent) pass_entropy(S, n, in->ent_low, A, dense);
+    if (S->isw) pass_is(S, n, A, dense);
+}
+
+static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
+    if (all_ones(S->m, n)) passes(in, S, n, A, 1);
+    else passes(in, S, n, A, 0);
 }
 
 /* ---------------------------------------------------------------- rows */
