@@ -8,12 +8,15 @@
  *   short passes (mask and advantages; KL; ratio; user KL; the mismatch's linear part and
  *   histogram; its exponentials; entropy) whose accumulators all fit in registers (one loop
  *   with all ~30 of them spills on every token);
+ * - while a pass computes a segment, it requests the next segment of the inputs it reads, so
+ *   the memory reads overlap the arithmetic instead of adding to it;
  * - the |Delta| histogram (HIST_EDGES: four bins per octave) is read off the float's bits:
  *   exponent and two top mantissa bits are the bin, so one shift, one clamp and one
- *   increment per token; the segment's bins are counted after its vector loop, into four
- *   copies of the row's counts that take alternate tokens, so repeated bins do not
- *   serialise on one memory cell;
- * - a segment without a valid token (right padding) is read by the mask pass alone;
+ *   increment per token; the linear pass stores the segment's bins and the exponential pass
+ *   counts them beside its polynomials, into four copies of the row's counts that take
+ *   alternate tokens, so repeated bins do not serialise on one memory cell;
+ * - a segment without a valid token (right padding) is read by the mask pass alone, and one
+ *   whose mask is 1 on every token (dense rows) by pass variants without mask reads, ANDs or blends;
  * - token counts are integer lanes (a compare result subtracted as -1), which run on the
  *   integer units beside the floating-point work;
  * - both exponentials skip the range reduction when a whole vector of arguments is below
@@ -37,8 +40,9 @@
 
 enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
 
-#define SEG 256 /* tokens per segment: the seven inputs of one segment (7 KiB) stay in L1 between passes; 1024 (28 KiB,
-                   * with the mask and bins past a 32 KiB L1) ran 13% slower on dense rows (roofline_tokens.py) */
+#define SEG 128 /* tokens per segment: its inputs and the next segment's, requested ahead, stay in L1 between passes
+                   * (2 x 4 KiB for eight inputs); with the requests ahead, 128 ran 2.33 ns a token on dense rows, 64 2.63,
+                   * 192 2.64, 256 2.88, 512 3.21, 1024 3.48 (roofline_tokens.py's driver, min of 8 interleaved rounds) */
 
 /* The token inputs come from the generated TOKEN_INPUTS(X) (the token-input table, in its order):
  * each is a named pointer (in->lp, S->smp) and, through the union, an element of input[]. */
@@ -70,6 +74,7 @@ typedef struct {
     __m256 mm_d_sum, mm_abs_sum, mm_abs_max, mm_d_min, mm_d_max, mm_k3, mm_m1, mm_m1_sq, mm_mult;
     __m256 ent_sum, ent_sq, kept, kept_sq, is_sum, is_min, is_max;
     int32_t hist[HIST_COPIES][HIST_BINS + 1];
+    int32_t bins[SEG]; /* the segment's bins of |d|, counted by pass_mm_exp */
 } Acc;
 
 /* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
@@ -324,7 +329,7 @@ PASS void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A, int 
     const __m256i key0 = _mm256_set1_epi32(HIST_KEY0), last = _mm256_set1_epi32(HIST_BINS - 1);
     const __m256i trash = _mm256_set1_epi32(HIST_BINS);
     const float *trn = trainer_of(S);
-    int32_t bins[SEG];
+    int32_t *bins = A->bins;
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_in(S, j, dense);
         ahead(trn, j);
@@ -342,14 +347,6 @@ PASS void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A, int 
         if (!dense) bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
         _mm256_storeu_si256((__m256i *)(bins + j), bin);
     }
-    /* Apart from the vector loop (it runs faster so), unrolled by hand over the four copies: a load and an
-     * increment per token (GCC's loop over k recomputed hist[k]'s address per token: 9 instructions a token,
-     * a quarter of the dense seven-input pass; benchmarks/roofline_tokens.py). */
-    int32_t *h0 = A->hist[0], *h1 = A->hist[1], *h2 = A->hist[2], *h3 = A->hist[3];
-    _Static_assert(HIST_COPIES == 4, "one pointer per copy");
-    for (int64_t j = 0; j < n; j += HIST_COPIES) {
-        h0[bins[j]]++; h1[bins[j + 1]]++; h2[bins[j + 2]]++; h3[bins[j + 3]]++;
-    }
     A->mm_out = out; A->mm_d_sum = s1; A->mm_abs_sum = sa; A->mm_abs_max = amax; A->mm_d_min = mn; A->mm_d_max = mx;
 }
 
@@ -358,7 +355,16 @@ PASS void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A, int den
     __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult, kept = A->kept, kept_sq = A->kept_sq;
     const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
     const float *trn = trainer_of(S);
+    /* The histogram's increments (the bins pass_mm_linear stored), unrolled by hand over the four copies: a load and
+     * an increment per token on the integer and load-store units, which this pass's polynomials leave idle (in the
+     * linear pass's own loop after it they took 0.3 ns a token; GCC's loop over k recomputed hist[k]'s address per
+     * token: 9 instructions a token; benchmarks/roofline_tokens.py). */
+    int32_t *h0 = A->hist[0], *h1 = A->hist[1], *h2 = A->hist[2], *h3 = A->hist[3];
+    const int32_t *bins = A->bins;
+    _Static_assert(HIST_COPIES == 4, "one pointer per copy");
     for (int64_t j = 0; j < n; j += 8) {
+        h0[bins[j]]++; h1[bins[j + 1]]++; h2[bins[j + 2]]++; h3[bins[j + 3]]++;
+        h0[bins[j + 4]]++; h1[bins[j + 5]]++; h2[bins[j + 6]]++; h3[bins[j + 7]]++;
         __m256 valid = valid_in(S, j, dense);
         __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
         __m256 k3, m1, mult_d; /* expm1_any(|d|) takes the small branch exactly when d's k3 and expm1 do */
