@@ -107,13 +107,12 @@ PASS __m256 or_fill(__m256 fill, __m256 x, __m256 valid, int dense) {
 }
 PASS __m256 on_valid(__m256 valid, __m256 flags, int dense) { return dense ? flags : _mm256_and_ps(valid, flags); }
 
-/* The same tokens of the next segment, requested while this one is computed (one cache line, 16 tokens, every other
- * vector): each pass asks for the next segment of the inputs it reads, so the requests are spread over the whole
- * segment's arithmetic and the memory reads overlap it (a burst of them at the segment's start stalled as long as
- * the reads themselves; without them the reads and the arithmetic added up). Past the last row they are dropped. */
-PASS void ahead(const float *p, int64_t j) {
-    if (p && !(j & 15)) _mm_prefetch((const char *)(p + j + SEG), _MM_HINT_T0);
-}
+/* The same tokens of the next segment, requested while this one is computed (every vector: a line is asked for twice,
+ * cheaper than testing which): the first pass that reads an input asks for its next segment, so the requests are
+ * spread over the segment's arithmetic and the memory reads overlap it (a burst of them at the segment's start stalled
+ * as long as the reads themselves; without them the reads and the arithmetic added up). A prefetch never faults:
+ * past the last row it is dropped. */
+PASS void ahead(const float *p, int64_t j) { _mm_prefetch((const char *)(p + j + SEG), _MM_HINT_T0); }
 
 static int all_ones(const float *m, int64_t n) {
     for (int64_t j = 0; j < n; j += 8)
@@ -228,7 +227,7 @@ PASS int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A, int dense) {
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = ALL_TRUE;
         ahead(S->m, j);
-        ahead(sampled, j);
+        if (sampled) ahead(sampled, j);
         if (adv2) ahead(S->adv, j);
         if (!dense) { /* dense: every token valid, none non-binary; counted after the loop */
             __m256 m = _mm256_loadu_ps(S->m + j);
@@ -285,7 +284,7 @@ PASS void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A, int de
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_in(S, j, dense), k3_lr, m1_lr;
-        ahead(S->lp, j);
+        if (!S->ref) ahead(S->lp, j); /* else pass_kl requested it */
         ahead(S->old, j);
         __m256 lr = _mm256_sub_ps(load_in(valid, S->lp, j, dense), load_in(valid, S->old, j, dense));
         clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
@@ -332,8 +331,7 @@ PASS void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A, int 
     int32_t *bins = A->bins;
     for (int64_t j = 0; j < n; j += 8) {
         __m256 valid = valid_in(S, j, dense);
-        ahead(trn, j);
-        ahead(S->smp, j);
+        if (S->old ? !S->lp : !S->ref) ahead(trn, j); /* else pass_ratio or pass_kl requested it; smp: pass_mask_adv */
         __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
         s1 = _mm256_add_ps(s1, d);
         sa = _mm256_add_ps(sa, ad);
