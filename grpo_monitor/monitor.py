@@ -125,13 +125,15 @@ class GRPOMonitor(Lifecycle, NotCopyable, AuditsTrainerMetrics):
     @fail_open("loss")
     def observe_loss(self, *, mask: Any, advantages: Any = None, logprobs: Any = None, ref_logprobs: Any = None,
                      old_logprobs: Any = None, kl: Any = None, sampler_logprobs: Any = None,
-                     entropy: Any = None, loss: Any = None, rows: Any = None, routed_experts: Any = None,
-                     sampler_routed_experts: Any = None) -> None:
+                     entropy: Any = None, is_weights: Any = None, loss: Any = None, rows: Any = None,
+                     routed_experts: Any = None, sampler_routed_experts: Any = None) -> None:
         """Record one micro-batch of token tensors ``(B, T)``; no host sync.
 
         ``sampler_logprobs``: the log-probs the inference engine reported for the tokens it generated
         (``grpo/mismatch/*`` against ``old_logprobs``, else ``logprobs``); ``entropy``: the trainer's per-token
-        entropies (``grpo/entropy/*``). ``loss`` (the scalar the trainer calls ``backward()`` on, or this
+        entropies (``grpo/entropy/*``); ``is_weights``: the importance-sampling correction weights the trainer
+        multiplies each token's loss by (TRL's ``importance_sampling_ratio``, verl's ``rollout_is_weights``:
+        ``grpo/mismatch/is_weight_*``). ``loss`` (the scalar the trainer calls ``backward()`` on, or this
         micro-batch's part of it, computed from ``logprobs`` with grad) makes the monitor measure each token's weight
         ``dloss/dlogprobs`` (``autograd.grad`` with ``retain_graph=True``: the trainer's gradients are untouched);
         without it, weights are derived from ``config.loss_aggregation``. ``rows``: each row's index into the latest

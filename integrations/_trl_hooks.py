@@ -244,11 +244,19 @@ class TRLHooks:
         self.monitor.observe_loss(
             mask=mask, advantages=inputs["advantages"], logprobs=logps if measured else logps.detach(),
             ref_logprobs=inputs.get("ref_per_token_logps"), old_logprobs=old, sampler_logprobs=sampler,
-            entropy=None if entropies is None else entropies.detach(),
+            entropy=None if entropies is None else entropies.detach(), is_weights=self._is_weights(inputs, mask),
             loss=loss if measured else None, rows=inputs.get(ROWS_KEY),
         )
         self._clips.append(self._region_clips(mask, inputs["advantages"], logps.detach(),
                                               inputs.get("old_per_token_logps")))
+
+    def _is_weights(self, inputs: dict, mask: torch.Tensor) -> torch.Tensor | None:
+        """The correction weights TRL multiplies the per-token loss by (``importance_sampling_ratio``: (B, T) in the
+        token modes, (B, 1) in the sequence modes, broadcast here); VESPO reads them into its own weights instead."""
+        ratio = inputs.get("importance_sampling_ratio")
+        if ratio is None or getattr(self.trainer, "loss_type", None) == "vespo":
+            return None
+        return ratio.expand_as(mask)
 
     def _pair_loss(self, inputs: dict, logps: torch.Tensor, entropies: torch.Tensor | None,
                    before: dict[str, int]) -> None:

@@ -338,7 +338,8 @@ def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:
     ``response_mask`` (else the response part of ``attention_mask``, as verl's
     ``compute_response_mask``), ``sampler_logprobs`` = ``rollout_log_probs`` (the inference
     engine's), ``old_logprobs`` = ``old_log_probs``, ``ref_logprobs`` = ``ref_log_prob``,
-    ``entropy`` = ``entropys`` when the batch still holds them; ``lengths`` = the response
+    ``entropy`` = ``entropys`` when the batch still holds them, ``is_weights`` = ``rollout_is_weights`` (the
+    rollout correction's importance weights the policy loss multiplies by); ``lengths`` = the response
     lengths and ``truncated`` = ``lengths == max_response_length``, verl's own
     ``response_length/clip_ratio`` test, with ``max_response_length`` the width of ``responses``.
     Absent tensors are left out, so ``monitor.observe_loss(**out["loss"])`` takes what there is.
@@ -362,7 +363,7 @@ def dataproto_token_inputs(data: Any) -> dict[str, dict[str, torch.Tensor]]:
     else:
         raise ValueError("data.batch has neither 'response_mask' nor 'attention_mask'; cannot tell valid tokens")
     names = {"rollout_log_probs": "sampler_logprobs", "old_log_probs": "old_logprobs", "ref_log_prob": "ref_logprobs",
-             "entropys": "entropy"}
+             "entropys": "entropy", "rollout_is_weights": "is_weights"}
     loss = {"mask": mask, **{ours: batch[theirs] for theirs, ours in names.items() if theirs in keys}}
     lengths = mask.sum(-1)
     return {"loss": loss, "rollout": {"lengths": lengths, "truncated": lengths == width}}

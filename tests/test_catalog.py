@@ -62,7 +62,8 @@ def _full_step(mon: GRPOMonitor, gen: torch.Generator, step: int) -> StepReport:
     mon.observe_loss(mask=mask, advantages=tok_adv, logprobs=logprobs,
                      ref_logprobs=ref, old_logprobs=logprobs.detach() + 0.01, kl=u.exp() - u - 1, loss=loss,
                      sampler_logprobs=logprobs.detach() + 0.01 + 0.01 * torch.randn(8 * G, 5, generator=gen),
-                     entropy=torch.rand(8 * G, 5, generator=gen), routed_experts=routed,
+                     entropy=torch.rand(8 * G, 5, generator=gen), is_weights=torch.rand(8 * G, 5, generator=gen) + 0.5,
+                     routed_experts=routed,
                      sampler_routed_experts=torch.where(torch.rand(8 * G, 5, 3, 1, generator=gen) < 0.2, -1, routed))
     return mon.end_step()
 

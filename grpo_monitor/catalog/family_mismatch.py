@@ -95,6 +95,27 @@ def mismatch_entries() -> list[Metric]:
            "corrected update still uses.", only_when="MonitorConfig.mismatch_mask set", **mm),
         _m("grpo/mismatch/mult_prob_error", "ratio", RATIO, _TOK, "Mean of exp|Delta|, NeMo-RL's "
            "token_mult_prob_error: 1 when sampler and trainer agree.", **mm),
+        *is_weight_entries(),
+    ]
+
+
+def is_weight_entries() -> list[Metric]:
+    """``grpo/mismatch/is_weight_*``: the correction weights the trainer applies (``observe_loss(is_weights=)``)."""
+    isw = dict(section="Mismatch", source="observe_loss", needs="is_weights",
+               panel="importance-sampling correction weights the loss applies: min / mean / max")
+    tok = "mean weighted by the valid tokens with is_weights"
+    return [
+        _m("grpo/mismatch/is_weight_mean", "ratio", RATIO, tok, "Mean over valid tokens of the importance-sampling "
+           "correction weight the trainer multiplies each token's loss by: TRL's importance_sampling_ratio under "
+           "vllm_importance_sampling_correction (exp(Delta) truncated at vllm_importance_sampling_clip_max, formerly "
+           "vllm_importance_sampling_cap, or zeroed outside the band in the *_mask modes) and verl's "
+           "rollout_is_weights (compute_rollout_correction_weights; its rollout_corr/rollout_is_mean). Well below 1 "
+           "the correction discards much of the batch's signal; equal to ratio_mean with no truncation.", **isw),
+        _m("grpo/mismatch/is_weight_min", "ratio", "min over micro-batches and ranks", "min", "Smallest correction "
+           "weight on a valid token (0 where a mask mode drops a token or row).", **isw),
+        _m("grpo/mismatch/is_weight_max", "ratio", MAX, "max", "Largest correction weight on a valid token: at "
+           "most the truncation cap when the trainer truncates (TRL's vllm_importance_sampling_clip_max, verl's "
+           "rollout_is_threshold); above it, the weights are not truncated as configured.", **isw),
     ]
 
 

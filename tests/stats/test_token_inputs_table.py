@@ -48,3 +48,17 @@ def test_an_unknown_tensor_is_named():
     """A name outside the table is refused with the table's names."""
     with pytest.raises(TypeError, match="unexpected token tensor 'logits'"):
         validate_token_inputs(torch.ones(2, 3), logits=torch.zeros(2, 3))
+
+
+def test_the_triton_kernel_takes_every_input_by_its_kernel_name():
+    """The Triton kernel's value pointers are the table's ``c_name``s in table order, each with its presence flag
+    (the name in capitals; the advantages' ``ADV`` says (B,) or (B, T)): a row without them fails here."""
+    pytest.importorskip("triton")
+    from grpo_monitor.stats.tokens import triton_kernel
+
+    names = triton_kernel._token_pass.arg_names
+    pointers = [i.c_name for i in TOKEN_INPUTS if i.kind != "mask"]
+    first = names.index("m") + 1
+    assert names[first:first + len(pointers)] == pointers
+    flags = names.index("ADV")
+    assert names[flags:flags + len(pointers)] == [p.upper() for p in pointers]

@@ -31,6 +31,7 @@ from grpo_monitor.stats.tokens import (
     token_sufficient_stats,
 )
 from grpo_monitor.stats.tokens import native_build as _native
+from grpo_monitor.stats.tokens.arguments import TENSOR_NAMES
 from grpo_monitor.stats.tokens.torch_rows import token_vector
 
 FIELDS = [name for name, _ in TOKEN_FIELDS]
@@ -509,9 +510,8 @@ def test_seed_kl_table_through_the_kernel(native):
 # ----------------------------------------------------------------------------- inside torch.compile
 def op_args(x: dict) -> tuple:
     """``x`` as the arguments of the custom op, with the default clip range, KL clamp, mismatch band and
-    entropy threshold, and the slot count."""
-    return (x["mask"], x["advantages"], x["logprobs"], x["ref_logprobs"], x["old_logprobs"], x.get("kl"),
-            x.get("sampler_logprobs"), x.get("entropy"), math.log(0.8), math.log1p(0.2), True, -10.0, 10.0,
+    entropy threshold, and the slot count (the value tensors in the token-input table's order, absent ones None)."""
+    return (x["mask"], *(x.get(name) for name in TENSOR_NAMES), math.log(0.8), math.log1p(0.2), True, -10.0, 10.0,
             math.log(0.5), math.log(2.0), 0.01, len(TOKEN_FIELDS))
 
 

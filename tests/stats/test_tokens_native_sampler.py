@@ -22,6 +22,7 @@ from test_tokens_native import assert_agrees, op_args, run_native
 
 from grpo_monitor.stats.tokens import TOKEN_FIELDS, backends, combine_token_stats, token_inputs
 from grpo_monitor.stats.tokens import native_build as _native
+from grpo_monitor.stats.tokens.arguments import TENSOR_NAMES
 from sampler_references import EDGES, mismatch_reference
 
 BAND, LOW = (0.5, 2.0), 0.01
@@ -349,8 +350,8 @@ def test_the_slot_count_is_a_constant_of_the_graph(native):
     assert out.shape == (len(TOKEN_FIELDS),)
     [node] = [n for gm in graphs for n in gm.graph.nodes if "native_token_stats" in str(n.target)]
     assert node.args[-1] == len(TOKEN_FIELDS)
-    args = (x["mask"], None, x["logprobs"], None, None, None, x["sampler_logprobs"], None, -0.2, 0.2, False, 0.0,
-            0.0, math.log(0.5), math.log(2.0), 0.01)
+    args = (x["mask"], *(x.get(name) for name in TENSOR_NAMES), -0.2, 0.2, False, 0.0, 0.0, math.log(0.5),
+            math.log(2.0), 0.01)  # the value tensors in the token-input table's order
     with pytest.raises(ValueError, match="slots is 30 but the field table has"):
         backends.native_token_stats(*args, 30)
     assert _native.loaded()

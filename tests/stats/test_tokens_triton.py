@@ -18,12 +18,14 @@ import os
 import warnings
 
 import pytest
+import test_tokens_is_weights as is_weights
 import test_tokens_native as five
 import test_tokens_native_sampler as seven
 import torch
 from test_tokens_native import assert_agrees
 
 from grpo_monitor.stats.tokens import TOKEN_FIELDS, backends, token_inputs
+from grpo_monitor.stats.tokens.table import VALUE_INPUTS
 
 HAVE_TRITON = importlib.util.find_spec("triton") is not None
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -107,6 +109,27 @@ def test_non_finite_values_on_valid_tokens(device, where):
     got, want = run_triton(x, device), eager(x)
     assert_agrees(got, want)
     assert got[INDEX["logprob_nonfinite"]] == want[INDEX["logprob_nonfinite"]]
+
+
+# ----------------------------------------------------------------------------- the trainer's is_weights
+@pytest.mark.parametrize("case", ["alone", "with-seven-inputs", "nan-on-a-valid-token"])
+def test_is_weights_slots(device, case):
+    """TRL's truncated importance weights, alone, beside the seven inputs, or NaN on a valid token: the four is_*
+    slots equal the float64 reference, every other slot the pass without them."""
+    x = is_weights.batch(7, B=6, T=200)
+    if case == "alone":
+        x = {"mask": x["mask"], "is_weights": x["is_weights"]}
+    elif case == "with-seven-inputs":
+        x.update(advantages=torch.randn(6, 200), ref_logprobs=x["logprobs"] - 0.2, kl=torch.rand(6, 200),
+                 entropy=torch.rand(6, 200))
+    else:
+        x["is_weights"][3, 0] = math.nan
+    got = run_triton(x, device)
+    is_weights.assert_slots(got, is_weights.reference(x["mask"], x["is_weights"]), "triton")
+    without = run_triton({k: v for k, v in x.items() if k != "is_weights"}, device)
+    others = [i for n, i in INDEX.items() if n not in is_weights.SLOTS]
+    torch.testing.assert_close(got[others], without[others], rtol=0, atol=0, equal_nan=True)
+    assert_agrees(got, eager(x))
 
 
 # ----------------------------------------------------------------------------- layouts
@@ -198,12 +221,13 @@ def test_kernel_compiles_for_a_gpu(variant):
     from grpo_monitor.stats.tokens import triton_kernel as tk
     flags = dict(VARIANTS[variant])
     mask, values = flags.pop("mask", "*fp32"), flags.pop("values", "*fp32")
-    consts = {"ADV": 2, "LP": True, "REF": True, "OLD": True, "KL": True, "SMP": True, "ENT": True, "CLAMP": True,
+    pointers = [i.c_name for i in VALUE_INPUTS]  # the kernel's value pointers and flags are the table's names
+    consts = {"ADV": 2, **{p.upper(): True for p in pointers if p != "adv"}, "CLAMP": True,
               "MASK_BOOL": False, "BLOCK": 512, "LANES": tk.LANES, "HIST_LANES": tk.HIST_LANES, **flags}
     scalars = ("clip_lo", "clip_hi", "clamp_lo", "clamp_hi", "band_lo", "band_hi", "ent_low")
     names = tk._token_pass.arg_names
     sig = {n: "constexpr" if n in consts else "*fp64" if n in ("out", "ident") else mask if n == "m"
-           else values if n in ("a", "lp", "ref", "old", "kl", "smp", "ent") else "fp32" if n in scalars else "i32"
+           else values if n in pointers else "fp32" if n in scalars else "i32"
            for n in names}
     src = ASTSource(fn=tk._token_pass, signature=sig, constexprs={(names.index(k),): v for k, v in consts.items()})
     compiled = triton.compile(src, target=GPUTarget("cuda", 90, 32))

@@ -8,12 +8,15 @@
  *   short passes (mask and advantages; KL; ratio; user KL; the mismatch's linear part and
  *   histogram; its exponentials; entropy) whose accumulators all fit in registers (one loop
  *   with all ~30 of them spills on every token);
+ * - while a pass computes a segment, it requests the next segment of the inputs it reads, so
+ *   the memory reads overlap the arithmetic instead of adding to it;
  * - the |Delta| histogram (HIST_EDGES: four bins per octave) is read off the float's bits:
  *   exponent and two top mantissa bits are the bin, so one shift, one clamp and one
- *   increment per token; the segment's bins are counted after its vector loop, into four
- *   copies of the row's counts that take alternate tokens, so repeated bins do not
- *   serialise on one memory cell;
- * - a segment without a valid token (right padding) is read by the mask pass alone;
+ *   increment per token; the linear pass stores the segment's bins and the exponential pass
+ *   counts them beside its polynomials, into four copies of the row's counts that take
+ *   alternate tokens, so repeated bins do not serialise on one memory cell;
+ * - a segment without a valid token (right padding) is read by the mask pass alone, and one
+ *   whose mask is 1 on every token (dense rows) by pass variants without mask reads, ANDs or blends;
  * - token counts are integer lanes (a compare result subtracted as -1), which run on the
  *   integer units beside the floating-point work;
  * - both exponentials skip the range reduction when a whole vector of arguments is below
@@ -37,8 +40,9 @@
 
 enum { MASK_F32 = 0, MASK_U8 = 1, MASK_I32 = 2, MASK_I64 = 3 };
 
-#define SEG 256 /* tokens per segment: the seven inputs of one segment (7 KiB) stay in L1 between passes; 1024 (28 KiB,
-                   * with the mask and bins past a 32 KiB L1) ran 13% slower on dense rows (roofline_tokens.py) */
+#define SEG 128 /* tokens per segment: its inputs and the next segment's, requested ahead, stay in L1 between passes
+                   * (2 x 4 KiB for eight inputs); with the requests ahead, 128 ran 2.33 ns a token on dense rows, 64 2.63,
+                   * 192 2.64, 256 2.88, 512 3.21, 1024 3.48 (roofline_tokens.py's driver, min of 8 interleaved rounds) */
 
 /* The token inputs come from the generated TOKEN_INPUTS(X) (the token-input table, in its order):
  * each is a named pointer (in->lp, S->smp) and, through the union, an element of input[]. */
@@ -68,8 +72,9 @@ typedef struct {
     __m256 m1_sum, lr_sum, lr_max, lr_k3, user_sum, user_sq, diff_max, nll_sum;
     __m256i mm_out, ent_low;
     __m256 mm_d_sum, mm_abs_sum, mm_abs_max, mm_d_min, mm_d_max, mm_k3, mm_m1, mm_m1_sq, mm_mult;
-    __m256 ent_sum, ent_sq, kept, kept_sq;
+    __m256 ent_sum, ent_sq, kept, kept_sq, is_sum, is_min, is_max;
     int32_t hist[HIST_COPIES][HIST_BINS + 1];
+    int32_t bins[SEG]; /* the segment's bins of |d|, counted by pass_mm_exp */
 } Acc;
 
 /* 8 tokens of one segment: the mask as float (0 in padding lanes) and the present inputs. */
@@ -87,6 +92,33 @@ static inline __m256 vabs(__m256 x) { return _mm256_andnot_ps(_mm256_set1_ps(-0.
 static inline __m256i tally(__m256i acc, __m256 flags) { return _mm256_sub_epi32(acc, _mm256_castps_si256(flags)); }
 static inline __m256 masked(__m256 valid, const float *p, int64_t j) { return _mm256_and_ps(valid, _mm256_loadu_ps(p + j)); }
 static inline __m256 valid_at(const Seg *S, int64_t j) { return _mm256_cmp_ps(_mm256_loadu_ps(S->m + j), ZERO, _CMP_GT_OQ); }
+
+/* A segment whose mask is exactly 1 on every token (dense rows) is read by the passes' dense variants: no mask
+ * loads, compares, ANDs or blends, the same results bit for bit (an AND with an all-true mask and a blend that keeps
+ * every lane are the identity). Each pass takes `dense` as a constant: `passes` is inlined once per value. */
+#define PASS static inline __attribute__((always_inline))
+#define ALL_TRUE _mm256_castsi256_ps(_mm256_set1_epi32(-1))
+PASS __m256 valid_in(const Seg *S, int64_t j, int dense) { return dense ? ALL_TRUE : valid_at(S, j); }
+PASS __m256 load_in(__m256 valid, const float *p, int64_t j, int dense) {
+    return dense ? _mm256_loadu_ps(p + j) : masked(valid, p, j);
+}
+PASS __m256 or_fill(__m256 fill, __m256 x, __m256 valid, int dense) {
+    return dense ? x : _mm256_blendv_ps(fill, x, valid);
+}
+PASS __m256 on_valid(__m256 valid, __m256 flags, int dense) { return dense ? flags : _mm256_and_ps(valid, flags); }
+
+/* The same tokens of the next segment, requested while this one is computed (every vector: a line is asked for twice,
+ * cheaper than testing which): the first pass that reads an input asks for its next segment, so the requests are
+ * spread over the segment's arithmetic and the memory reads overlap it (a burst of them at the segment's start stalled
+ * as long as the reads themselves; without them the reads and the arithmetic added up). A prefetch never faults:
+ * past the last row it is dropped. */
+PASS void ahead(const float *p, int64_t j) { _mm_prefetch((const char *)(p + j + SEG), _MM_HINT_T0); }
+
+static int all_ones(const float *m, int64_t n) {
+    for (int64_t j = 0; j < n; j += 8)
+        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(m + j), ONE, _CMP_EQ_OQ)) != 0xFF) return 0;
+    return 1;
+}
 
 /* exp(x) - 1 - x on [LOW, HIGH], the scheme of fast_exp.py: x = n ln2 + r, exp(r) = 1 + r + q. */
 #define LOW -104.0f
@@ -142,6 +174,18 @@ static inline __m256 expm1_fast(__m256 x) {
     return _mm256_add_ps(k3_core(xc), xc);
 }
 
+/* k3_any(x) and expm1_any(x) from one polynomial: the same operations, bit for bit. */
+PASS void k3_and_expm1(__m256 x, __m256 *k3, __m256 *m1) {
+    if (all_small(vabs(x))) {
+        *k3 = k3_small(x);
+        *m1 = _mm256_add_ps(*k3, x);
+    } else {
+        __m256 xc = clamp_arg(x), core = k3_core(xc);
+        *k3 = _mm256_add_ps(core, _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(x, _mm256_set1_ps(LOW))));
+        *m1 = _mm256_add_ps(core, xc);
+    }
+}
+
 static inline __m256 k3_any(__m256 x) { return all_small(vabs(x)) ? k3_small(x) : k3_fast(x); }
 static inline __m256 expm1_any(__m256 x) {
     return all_small(vabs(x)) ? _mm256_add_ps(k3_small(x), x) : expm1_fast(x);
@@ -174,44 +218,58 @@ static float k3_scalar(float x) {
 /* Returns whether the segment holds a valid token: the other passes add nothing on padding (every
  * input is zeroed there, a neutral element of every sum and of the maxima of absolute values; signed
  * extrema take +-inf fills, the histogram's padding lanes its trash bin), so they skip such segments. */
-static int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A) {
+PASS int pass_mask_adv(const Seg *S, int64_t n, int adv2, Acc *A, int dense) {
     __m256i cnt = A->cnt, nonbin = A->nonbin;
     __m256 any = ZERO;
     __m256 sum = A->adv_sum, abs_sum = A->adv_abs, hi = A->adv_hi, lo = A->adv_lo, nll_sum = A->nll_sum;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     const float *sampled = sampled_of(S);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 m = _mm256_loadu_ps(S->m + j), valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
-        cnt = tally(cnt, valid);
-        any = _mm256_or_ps(any, valid);
-        if (sampled) nll_sum = _mm256_add_ps(nll_sum, masked(valid, sampled, j)); /* sampled_nll_mean */
-        nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0 ? 1 : 0) */
+        __m256 valid = ALL_TRUE;
+        ahead(S->m, j);
+        if (sampled) ahead(sampled, j);
+        if (adv2) ahead(S->adv, j);
+        if (!dense) { /* dense: every token valid, none non-binary; counted after the loop */
+            __m256 m = _mm256_loadu_ps(S->m + j);
+            valid = _mm256_cmp_ps(m, ZERO, _CMP_GT_OQ);
+            cnt = tally(cnt, valid);
+            any = _mm256_or_ps(any, valid);
+            nonbin = tally(nonbin, _mm256_cmp_ps(m, _mm256_and_ps(valid, ONE), _CMP_NEQ_UQ)); /* m != (m > 0) */
+        }
+        if (sampled) nll_sum = _mm256_add_ps(nll_sum, load_in(valid, sampled, j, dense)); /* sampled_nll_mean */
         if (adv2) {
-            __m256 a = _mm256_loadu_ps(S->adv + j), a0 = _mm256_and_ps(valid, a);
+            __m256 a = _mm256_loadu_ps(S->adv + j), a0 = on_valid(valid, a, dense);
             sum = _mm256_add_ps(sum, a0);
             abs_sum = _mm256_add_ps(abs_sum, vabs(a0));
-            hi = _mm256_max_ps(hi, _mm256_blendv_ps(ninf, a, valid));
-            lo = _mm256_min_ps(lo, _mm256_blendv_ps(pinf, a, valid));
+            hi = _mm256_max_ps(hi, or_fill(ninf, a, valid, dense));
+            lo = _mm256_min_ps(lo, or_fill(pinf, a, valid, dense));
         }
+    }
+    if (dense) {
+        cnt = _mm256_add_epi32(cnt, _mm256_set1_epi32((int32_t)(n / 8)));
+        any = ALL_TRUE;
     }
     A->cnt = cnt; A->nonbin = nonbin; A->adv_sum = sum; A->adv_abs = abs_sum; A->adv_hi = hi; A->adv_lo = lo;
     A->nll_sum = nll_sum;
     return _mm256_movemask_ps(any) != 0;
 }
 
-static void pass_kl(const Seg *S, int64_t n, Acc *A) {
+PASS void pass_kl(const Seg *S, int64_t n, Acc *A, int dense) {
     __m256i pos = A->u_pos;
     __m256 s1 = A->u_sum, s2 = A->u_sq, s4 = A->u_quad, mx = A->u_max, mn = A->u_min, k1 = A->k3_sum, k2 = A->k3_sq;
     const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j)), u2 = _mm256_mul_ps(u, u);
+        __m256 valid = valid_in(S, j, dense);
+        ahead(S->ref, j);
+        ahead(S->lp, j);
+        __m256 u = _mm256_sub_ps(load_in(valid, S->ref, j, dense), load_in(valid, S->lp, j, dense));
+        __m256 u2 = _mm256_mul_ps(u, u);
         s1 = _mm256_add_ps(s1, u);
         s2 = _mm256_add_ps(s2, u2);
         s4 = _mm256_fmadd_ps(u2, u2, s4);
         pos = tally(pos, _mm256_cmp_ps(u, ZERO, _CMP_GT_OQ));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, u, valid));
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, u, valid));
+        mx = _mm256_max_ps(mx, or_fill(ninf, u, valid, dense));
+        mn = _mm256_min_ps(mn, or_fill(pinf, u, valid, dense));
         __m256 k3 = k3_any(u);
         k1 = _mm256_add_ps(k1, k3);
         k2 = _mm256_fmadd_ps(k3, k3, k2);
@@ -220,45 +278,49 @@ static void pass_kl(const Seg *S, int64_t n, Acc *A) {
     A->k3_sum = k1; A->k3_sq = k2;
 }
 
-static void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A) {
+PASS void pass_ratio(const Seg *S, int64_t n, float lo, float hi, Acc *A, int dense) {
     __m256i clip = A->clip;
     __m256 m1 = A->m1_sum, s1 = A->lr_sum, mx = A->lr_max, k3 = A->lr_k3;
     const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 lr = _mm256_sub_ps(masked(valid, S->lp, j), masked(valid, S->old, j));
+        __m256 valid = valid_in(S, j, dense), k3_lr, m1_lr;
+        if (!S->ref) ahead(S->lp, j); /* else pass_kl requested it */
+        ahead(S->old, j);
+        __m256 lr = _mm256_sub_ps(load_in(valid, S->lp, j, dense), load_in(valid, S->old, j, dense));
         clip = tally(clip, _mm256_or_ps(_mm256_cmp_ps(lr, vlo, _CMP_LT_OQ), _mm256_cmp_ps(lr, vhi, _CMP_GT_OQ)));
-        m1 = _mm256_add_ps(m1, expm1_any(lr));
+        k3_and_expm1(lr, &k3_lr, &m1_lr);
+        m1 = _mm256_add_ps(m1, m1_lr);
         s1 = _mm256_add_ps(s1, lr); /* the row's mean: GSPO's sequence ratio */
-        k3 = _mm256_add_ps(k3, k3_any(lr));
+        k3 = _mm256_add_ps(k3, k3_lr);
         mx = _mm256_max_ps(mx, vabs(lr));
     }
     A->clip = clip; A->m1_sum = m1; A->lr_sum = s1; A->lr_max = mx; A->lr_k3 = k3;
 }
 
-static void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_user(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256i hits = A->hits;
     __m256 s1 = A->user_sum, s2 = A->user_sq, dmax = A->diff_max;
     const __m256 clo = _mm256_set1_ps(in->clamp_lo), chi = _mm256_set1_ps(in->clamp_hi);
     int has_u = S->lp && S->ref;
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), k0 = masked(valid, S->kl, j);
+        __m256 valid = valid_in(S, j, dense), k0 = load_in(valid, S->kl, j, dense);
+        ahead(S->kl, j);
         s1 = _mm256_add_ps(s1, k0);
         s2 = _mm256_fmadd_ps(k0, k0, s2);
         if (has_u) {
-            __m256 u = _mm256_sub_ps(masked(valid, S->ref, j), masked(valid, S->lp, j));
+            __m256 u = _mm256_sub_ps(load_in(valid, S->ref, j, dense), load_in(valid, S->lp, j, dense));
             dmax = _mm256_max_ps(dmax, vabs(_mm256_sub_ps(k0, k3_any(u))));
         }
         if (in->has_clamp) {
             __m256 hit = _mm256_or_ps(_mm256_cmp_ps(k0, clo, _CMP_LE_OQ), _mm256_cmp_ps(k0, chi, _CMP_GE_OQ));
-            hits = tally(hits, _mm256_and_ps(valid, hit));
+            hits = tally(hits, on_valid(valid, hit, dense));
         }
     }
     A->hits = hits; A->user_sum = s1; A->user_sq = s2; A->diff_max = dmax;
 }
 
 /* d = trainer - sampler: its sums, extrema, the importance-weight band and the |d| histogram. */
-static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256i out = A->mm_out;
     __m256 s1 = A->mm_d_sum, sa = A->mm_abs_sum, amax = A->mm_abs_max, mn = A->mm_d_min, mx = A->mm_d_max;
     const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
@@ -266,102 +328,129 @@ static void pass_mm_linear(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
     const __m256i key0 = _mm256_set1_epi32(HIST_KEY0), last = _mm256_set1_epi32(HIST_BINS - 1);
     const __m256i trash = _mm256_set1_epi32(HIST_BINS);
     const float *trn = trainer_of(S);
-    int32_t bins[SEG];
+    int32_t *bins = A->bins;
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d);
+        __m256 valid = valid_in(S, j, dense);
+        if (S->old ? !S->lp : !S->ref) ahead(trn, j); /* else pass_ratio or pass_kl requested it; smp: pass_mask_adv */
+        __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
         s1 = _mm256_add_ps(s1, d);
         sa = _mm256_add_ps(sa, ad);
         amax = _mm256_max_ps(amax, ad);
-        mn = _mm256_min_ps(mn, _mm256_blendv_ps(pinf, d, valid));
-        mx = _mm256_max_ps(mx, _mm256_blendv_ps(ninf, d, valid));
+        mn = _mm256_min_ps(mn, or_fill(pinf, d, valid, dense));
+        mx = _mm256_max_ps(mx, or_fill(ninf, d, valid, dense));
         __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
-        out = tally(out, _mm256_and_ps(valid, outside));
+        out = tally(out, on_valid(valid, outside, dense));
         __m256i bin = _mm256_sub_epi32(_mm256_srli_epi32(_mm256_castps_si256(ad), 21), key0);
         bin = _mm256_min_epi32(_mm256_max_epi32(bin, _mm256_setzero_si256()), last);
-        bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
+        if (!dense) bin = _mm256_blendv_epi8(trash, bin, _mm256_castps_si256(valid));
         _mm256_storeu_si256((__m256i *)(bins + j), bin);
-    }
-    /* Apart from the vector loop (it runs faster so), unrolled by hand over the four copies: a load and an
-     * increment per token (GCC's loop over k recomputed hist[k]'s address per token: 9 instructions a token,
-     * a quarter of the dense seven-input pass; benchmarks/roofline_tokens.py). */
-    int32_t *h0 = A->hist[0], *h1 = A->hist[1], *h2 = A->hist[2], *h3 = A->hist[3];
-    _Static_assert(HIST_COPIES == 4, "one pointer per copy");
-    for (int64_t j = 0; j < n; j += HIST_COPIES) {
-        h0[bins[j]]++; h1[bins[j + 1]]++; h2[bins[j + 2]]++; h3[bins[j + 3]]++;
     }
     A->mm_out = out; A->mm_d_sum = s1; A->mm_abs_sum = sa; A->mm_abs_max = amax; A->mm_d_min = mn; A->mm_d_max = mx;
 }
 
 /* The exponentials of d: k3(d), rho - 1 = exp(d) - 1 (one polynomial: k3 + d) and exp|d| - 1. */
-static void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A) {
+PASS void pass_mm_exp(const Seg *S, int64_t n, const Inputs *in, Acc *A, int dense) {
     __m256 k3s = A->mm_k3, m1s = A->mm_m1, m1sq = A->mm_m1_sq, mult = A->mm_mult, kept = A->kept, kept_sq = A->kept_sq;
     const __m256 lo = _mm256_set1_ps(in->band_lo), hi = _mm256_set1_ps(in->band_hi);
     const float *trn = trainer_of(S);
+    /* The histogram's increments (the bins pass_mm_linear stored), unrolled by hand over the four copies: a load and
+     * an increment per token on the integer and load-store units, which this pass's polynomials leave idle (in the
+     * linear pass's own loop after it they took 0.3 ns a token; GCC's loop over k recomputed hist[k]'s address per
+     * token: 9 instructions a token; benchmarks/roofline_tokens.py). */
+    int32_t *h0 = A->hist[0], *h1 = A->hist[1], *h2 = A->hist[2], *h3 = A->hist[3];
+    const int32_t *bins = A->bins;
+    _Static_assert(HIST_COPIES == 4, "one pointer per copy");
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j);
-        __m256 d = _mm256_sub_ps(masked(valid, trn, j), masked(valid, S->smp, j)), ad = vabs(d), k3, m1;
+        h0[bins[j]]++; h1[bins[j + 1]]++; h2[bins[j + 2]]++; h3[bins[j + 3]]++;
+        h0[bins[j + 4]]++; h1[bins[j + 5]]++; h2[bins[j + 6]]++; h3[bins[j + 7]]++;
+        __m256 valid = valid_in(S, j, dense);
+        __m256 d = _mm256_sub_ps(load_in(valid, trn, j, dense), load_in(valid, S->smp, j, dense)), ad = vabs(d);
+        __m256 k3, m1, mult_d; /* expm1_any(|d|) takes the small branch exactly when d's k3 and expm1 do */
         if (all_small(ad)) {
             k3 = k3_small(d);
             m1 = _mm256_add_ps(k3, d);
+            mult_d = _mm256_add_ps(k3_small(ad), ad);
         } else {
             __m256 dc = clamp_arg(d), core = k3_core(dc);
             k3 = _mm256_add_ps(core, _mm256_sub_ps(_mm256_set1_ps(LOW), _mm256_min_ps(d, _mm256_set1_ps(LOW))));
             m1 = _mm256_add_ps(core, dc);
+            mult_d = expm1_fast(ad);
         }
         k3s = _mm256_add_ps(k3s, k3);
         m1s = _mm256_add_ps(m1s, m1);
         m1sq = _mm256_fmadd_ps(m1, m1, m1sq);
-        mult = _mm256_add_ps(mult, expm1_any(ad));
+        mult = _mm256_add_ps(mult, mult_d);
         __m256 outside = _mm256_or_ps(_mm256_cmp_ps(d, lo, _CMP_LT_OQ), _mm256_cmp_ps(d, hi, _CMP_GT_OQ));
-        __m256 rho = _mm256_and_ps(_mm256_andnot_ps(outside, valid), _mm256_add_ps(m1, ONE)); /* token_mask keeps */
+        __m256 rho = _mm256_andnot_ps(outside, on_valid(valid, _mm256_add_ps(m1, ONE), dense)); /* token_mask keeps */
         kept = _mm256_add_ps(kept, rho);
         kept_sq = _mm256_fmadd_ps(rho, rho, kept_sq);
     }
     A->mm_k3 = k3s; A->mm_m1 = m1s; A->mm_m1_sq = m1sq; A->mm_mult = mult; A->kept = kept; A->kept_sq = kept_sq;
 }
 
-static void pass_entropy(const Seg *S, int64_t n, float low, Acc *A) {
+PASS void pass_entropy(const Seg *S, int64_t n, float low, Acc *A, int dense) {
     __m256i below = A->ent_low;
     __m256 s1 = A->ent_sum, s2 = A->ent_sq;
     const __m256 vlow = _mm256_set1_ps(low);
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), e = masked(valid, S->ent, j);
+        __m256 valid = valid_in(S, j, dense), e = load_in(valid, S->ent, j, dense);
+        ahead(S->ent, j);
         s1 = _mm256_add_ps(s1, e);
         s2 = _mm256_fmadd_ps(e, e, s2);
-        below = tally(below, _mm256_and_ps(valid, _mm256_cmp_ps(e, vlow, _CMP_LT_OQ)));
+        below = tally(below, on_valid(valid, _mm256_cmp_ps(e, vlow, _CMP_LT_OQ), dense));
     }
     A->ent_low = below; A->ent_sum = s1; A->ent_sq = s2;
+}
+
+/* The trainer's importance-sampling correction weights: their sum and extremes on valid tokens (a non-finite
+ * weight makes the sum non-finite, and finish_row then takes the extremes from exact_row, NaN-exact). */
+PASS void pass_is(const Seg *S, int64_t n, Acc *A, int dense) {
+    __m256 s1 = A->is_sum, mn = A->is_min, mx = A->is_max;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), pinf = _mm256_set1_ps(INFINITY);
+    for (int64_t j = 0; j < n; j += 8) {
+        __m256 valid = valid_in(S, j, dense), w = _mm256_loadu_ps(S->isw + j);
+        ahead(S->isw, j);
+        s1 = _mm256_add_ps(s1, on_valid(valid, w, dense));
+        mn = _mm256_min_ps(mn, or_fill(pinf, w, valid, dense));
+        mx = _mm256_max_ps(mx, or_fill(ninf, w, valid, dense));
+    }
+    A->is_sum = s1; A->is_min = mn; A->is_max = mx;
 }
 
 /* Non-finite tokens when no difference of log-probabilities is formed (one input alone, or
  * ref, old and sampler without logprobs and old): NaN or inf in their sum. With a difference, a non-finite
  * token makes a row sum non-finite and the row is recounted exactly (finish_row). */
-static void pass_nonfinite(const Seg *S, int64_t n, Acc *A) {
+PASS void pass_nonfinite(const Seg *S, int64_t n, Acc *A, int dense) {
     __m256i nf = A->nonfin;
     for (int64_t j = 0; j < n; j += 8) {
-        __m256 valid = valid_at(S, j), total = ZERO;
-        if (S->lp) total = _mm256_add_ps(total, masked(valid, S->lp, j));
-        if (S->ref) total = _mm256_add_ps(total, masked(valid, S->ref, j));
-        if (S->old) total = _mm256_add_ps(total, masked(valid, S->old, j));
-        if (S->smp) total = _mm256_add_ps(total, masked(valid, S->smp, j));
+        __m256 valid = valid_in(S, j, dense), total = ZERO;
+        if (S->lp) total = _mm256_add_ps(total, load_in(valid, S->lp, j, dense));
+        if (S->ref) total = _mm256_add_ps(total, load_in(valid, S->ref, j, dense));
+        if (S->old) total = _mm256_add_ps(total, load_in(valid, S->old, j, dense));
+        if (S->smp) total = _mm256_add_ps(total, load_in(valid, S->smp, j, dense));
         nf = tally(nf, _mm256_cmp_ps(_mm256_sub_ps(total, total), ZERO, _CMP_NEQ_UQ));
     }
     A->nonfin = nf;
 }
 
-static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
-    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A)) return;
+PASS void passes(const Inputs *in, const Seg *S, int64_t n, Acc *A, int dense) {
+    if (!pass_mask_adv(S, n, in->adv_ndim == 2, A, dense)) return;
     int kl = S->lp && S->ref, ratio = S->lp && S->old, mm = S->smp && trainer_of(S);
-    if (kl) pass_kl(S, n, A);
-    if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A);
+    if (kl) pass_kl(S, n, A, dense);
+    if (ratio) pass_ratio(S, n, in->clip_lo, in->clip_hi, A, dense);
     if (mm) {
-        pass_mm_linear(S, n, in, A);
-        pass_mm_exp(S, n, in, A);
+        pass_mm_linear(S, n, in, A, dense);
+        pass_mm_exp(S, n, in, A, dense);
     }
-    if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A);
-    if (S->kl) pass_user(S, n, in, A);
-    if (S->ent) pass_entropy(S, n, in->ent_low, A);
+    if (!kl && !ratio && !mm && (S->lp || S->ref || S->old || S->smp)) pass_nonfinite(S, n, A, dense);
+    if (S->kl) pass_user(S, n, in, A, dense);
+    if (S->ent) pass_entropy(S, n, in->ent_low, A, dense);
+    if (S->isw) pass_is(S, n, A, dense);
+}
+
+static void segment(const Inputs *in, const Seg *S, int64_t n, Acc *A) {
+    if (all_ones(S->m, n)) passes(in, S, n, A, 1);
+    else passes(in, S, n, A, 0);
 }
 
 /* ---------------------------------------------------------------- rows */
@@ -407,7 +496,9 @@ static inline float mask_at(const Inputs *in, int64_t i) {
 }
 
 /* Extrema and non-finite count of one row by scalar code, NaN-exact. */
-typedef struct { float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, d_max, d_min, d_abs_max, nonfin; } Exact;
+typedef struct {
+    float adv_hi, adv_lo, u_max, u_min, lr_max, diff_max, d_max, d_min, d_abs_max, nonfin, is_max, is_min;
+} Exact;
 
 /* The sum whose finiteness marks a non-finite token, in the torch form's order: u, lr, d where
  * formed, else the log-probabilities given (absent ones are 0 here). */
@@ -421,7 +512,8 @@ static inline float token_total(int has_u, int has_lr, int has_d, float u, float
 }
 
 static Exact exact_row(const Inputs *in, int64_t row) {
-    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY, INFINITY, 0.0f, 0.0f};
+    Exact x = {-INFINITY, INFINITY, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY, INFINITY, 0.0f, 0.0f, -INFINITY,
+               INFINITY};
     const float *trn = in->old ? in->old : in->lp;
     int has_u = in->lp && in->ref, has_lr = in->lp && in->old, has_d = in->smp && trn;
     for (int64_t i = row * in->T; i < (row + 1) * in->T; i++) {
@@ -431,6 +523,7 @@ static Exact exact_row(const Inputs *in, int64_t row) {
         if (in->adv_ndim == 2) { x.adv_hi = fmax_nan(x.adv_hi, in->adv[i]); x.adv_lo = fmin_nan(x.adv_lo, in->adv[i]); }
         if (has_u) { x.u_max = fmax_nan(x.u_max, u); x.u_min = fmin_nan(x.u_min, u); }
         if (has_lr) x.lr_max = fmax_nan(x.lr_max, fabsf(lr));
+        if (in->isw) { x.is_max = fmax_nan(x.is_max, in->isw[i]); x.is_min = fmin_nan(x.is_min, in->isw[i]); }
         if (has_u && in->kl) x.diff_max = fmax_nan(x.diff_max, fabsf(in->kl[i] - k3_scalar(u)));
         if (has_d) {
             x.d_max = fmax_nan(x.d_max, d); x.d_min = fmin_nan(x.d_min, d); x.d_abs_max = fmax_nan(x.d_abs_max, fabsf(d));
@@ -443,7 +536,7 @@ static Exact exact_row(const Inputs *in, int64_t row) {
 
 /* Indices of the row sums in finish_row's sums[]. */
 enum { ADV, ADV_ABS, U, U_SQ, U_QUAD, K3, K3_SQ, M1, USER, USER_SQ, LR_K3, NLL, MM_D, MM_K3, MM_ABS, MM_M1, MM_M1_SQ,
-       MM_MULT, LR, KEPT, KEPT_SQ, NSUMS };
+       MM_MULT, LR, KEPT, KEPT_SQ, IS, NSUMS };
 
 /* The mismatch slots of one row: sums of d, k3(d), |d|, rho - 1, exp|d| - 1, the band, the row's weight
  * w = exp(mean d) (in double from the float mean, as the torch form) and the histogram. */
@@ -486,9 +579,9 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
                          hsum(a->k3_sum), hsum(a->k3_sq), hsum(a->m1_sum), hsum(a->user_sum), hsum(a->user_sq),
                          hsum(a->lr_k3), hsum(a->nll_sum), hsum(a->mm_d_sum), hsum(a->mm_k3), hsum(a->mm_abs_sum),
                          hsum(a->mm_m1), hsum(a->mm_m1_sq), hsum(a->mm_mult), hsum(a->lr_sum),
-                         hsum(a->kept), hsum(a->kept_sq)};
+                         hsum(a->kept), hsum(a->kept_sq), hsum(a->is_sum)};
     Exact x = {hmax(a->adv_hi), hmin(a->adv_lo), hmax(a->u_max), hmin(a->u_min), hmax(a->lr_max), hmax(a->diff_max),
-               hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0};
+               hmax(a->mm_d_max), hmin(a->mm_d_min), hmax(a->mm_abs_max), 0, hmax(a->is_max), hmin(a->is_min)};
     int finite = isfinite(x.lr_max); /* lr = -inf leaves exp(lr) - 1 = -1 finite, but not |lr| */
     for (int k = 0; k < NSUMS; k++) finite &= isfinite(sums[k]);
     if (!finite) x = exact_row(in, row);
@@ -528,12 +621,16 @@ static void finish_row(const Inputs *in, const Acc *a, int64_t row, double *o) {
         if (has_u) { o[S_user_k3_tokens] += cnt; if (has) put_max(&o[S_user_k3_absdiff_max], x.diff_max); }
         if (in->has_clamp) { o[S_user_clamp_tokens] += cnt; o[S_user_clamp_hits] += hcount(a->hits); }
     }
+    if (in->isw) {
+        o[S_is_tokens] += cnt; o[S_is_sum] += sums[IS];
+        put_min(&o[S_is_min], x.is_min); put_max(&o[S_is_max], x.is_max);
+    }
 }
 
 static void init_acc(Acc *a) {
     memset(a, 0, sizeof *a);
-    a->adv_hi = a->u_max = a->mm_d_max = _mm256_set1_ps(-INFINITY);
-    a->adv_lo = a->u_min = a->mm_d_min = _mm256_set1_ps(INFINITY);
+    a->adv_hi = a->u_max = a->mm_d_max = a->is_max = _mm256_set1_ps(-INFINITY);
+    a->adv_lo = a->u_min = a->mm_d_min = a->is_min = _mm256_set1_ps(INFINITY);
 }
 
 /* The mask of tokens [off, off + n) as float, zero-padded to `padded` (a multiple of 8);

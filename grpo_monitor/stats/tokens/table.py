@@ -69,6 +69,10 @@ TOKEN_INPUTS: tuple[TokenInput, ...] = (
     _I("sampler_logprobs", "smp", "the inference engine's log-probs of the tokens it sampled (the mismatch)",
        pairs="old_logprobs or logprobs"),
     _I("entropy", "ent", "the trainer's per-token entropies"),
+    _I("is_weights", "isw", "the importance-sampling correction weights the trainer multiplies each token's loss by "
+       "for the training-inference mismatch (TRL's importance_sampling_ratio under "
+       "vllm_importance_sampling_correction, truncated at vllm_importance_sampling_clip_max; verl's "
+       "rollout_is_weights from compute_rollout_correction_weights)", pairs="sampler_logprobs"),
 )
 #: The value tensors (every input but the mask), in the order the backends and the C kernel take them.
 VALUE_INPUTS: tuple[TokenInput, ...] = tuple(i for i in TOKEN_INPUTS if i.kind != "mask")
@@ -154,6 +158,11 @@ FIELDS: tuple[TokenField, ...] = (
     # -sampler_logprobs, else -old_logprobs: a Monte Carlo estimate of the sampling entropy
     _F("nll_tokens", "sum"),
     _F("nll_sum", "sum", "grpo/entropy/sampled_nll_mean", per="nll_tokens"),
+    # is_weights: the trainer's importance-sampling correction weights, as applied to the loss
+    _F("is_tokens", "sum"),
+    _F("is_sum", "sum", "grpo/mismatch/is_weight_mean", per="is_tokens"),
+    _F("is_min", "min", "grpo/mismatch/is_weight_min", when="is_tokens"),
+    _F("is_max", "max", "grpo/mismatch/is_weight_max", when="is_tokens"),
 )
 
 #: ``(name, reduction)`` of every slot, in vector order.

@@ -74,6 +74,9 @@ def row_partials(x: TokenInputs, fast: bool = False) -> tuple[dict[str, torch.Te
         parts.update({"nll_tokens": cnt, "nll_sum": -sampled.sum(1)})
     if ent is not None:
         parts.update(_entropy_rows(valid, cnt, torch.where(valid, ent.to(cd), 0.0), x.entropy_low))
+    isw = x.get("is_weights")
+    if isw is not None:
+        parts.update(_is_rows(valid, cnt, isw.to(cd)))
     present = [t for t in (u, lr, d) if t is not None] or [t for t in (lp, ref, old, sampler) if t is not None]
     if present:
         total = sum(present[1:], present[0])  # non-finite wherever any input is (or their difference overflows)
@@ -208,6 +211,12 @@ def _entropy_rows(valid: torch.Tensor, cnt: torch.Tensor, ent: torch.Tensor, low
     """The trainer's per-token entropies (0 off the mask): moments and the share below ``low``."""
     return {"ent_tokens": cnt, "ent_sum": ent.sum(1), "ent_sq_sum": (ent * ent).sum(1),
             "ent_low": _count(valid & (ent < low), ent.dtype)}
+
+
+def _is_rows(valid: torch.Tensor, cnt: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The trainer's importance-sampling correction weights on the valid tokens: their sum and extremes (NaN kept)."""
+    return {"is_tokens": cnt, "is_sum": torch.where(valid, w, 0.0).sum(1),
+            "is_min": torch.where(valid, w, math.inf).amin(1), "is_max": torch.where(valid, w, -math.inf).amax(1)}
 
 
 def _user_rows(valid: torch.Tensor, cnt: torch.Tensor, kl: torch.Tensor, k3: torch.Tensor | None,

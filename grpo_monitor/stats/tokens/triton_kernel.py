@@ -39,6 +39,7 @@ from .triton_rows import (
     max_nan,
     min_nan,
     row_entropy,
+    row_is,
     row_kl,
     row_mask,
     row_mm_exp,
@@ -82,6 +83,7 @@ S_seq_out, S_seq_kw, S_seq_kw2 = _slot("mm_seq_outside"), _slot("mm_seq_kept_w_s
 S_hist = _slot("mm_hist_0")  # HIST_BINS consecutive slots (native_build.generated_header checks it)
 S_ent_n, S_ent_sum, S_ent_sq, S_ent_low = _slot("ent_tokens"), _slot("ent_sum"), _slot("ent_sq_sum"), _slot("ent_low")
 S_nll_n, S_nll_sum = _slot("nll_tokens"), _slot("nll_sum")
+S_is_n, S_is_sum, S_is_min, S_is_max = _slot("is_tokens"), _slot("is_sum"), _slot("is_min"), _slot("is_max")
 
 
 # ---------------------------------------------------------------------------------------------- finishing a row
@@ -157,10 +159,10 @@ def _finish_mm(acc, lane, cnt, s1, sa, amax, mn, mx, out, k3, m1, m1sq, mult, ke
 
 
 @device
-def _row(acc, hist, lane, m, sm, a, sa, lp, sl, ref, sr, old, so, kl, sk, smp, ss, ent, se, T, consts,
+def _row(acc, hist, lane, m, sm, a, sa, lp, sl, ref, sr, old, so, kl, sk, smp, ss, ent, se, isw, si, T, consts,
          ADV: tl.constexpr, LP: tl.constexpr, REF: tl.constexpr, OLD: tl.constexpr, KL: tl.constexpr,
-         SMP: tl.constexpr, ENT: tl.constexpr, CLAMP: tl.constexpr, MASK_BOOL: tl.constexpr, BLOCK: tl.constexpr,
-         HIST_LANES: tl.constexpr):
+         SMP: tl.constexpr, ENT: tl.constexpr, ISW: tl.constexpr, CLAMP: tl.constexpr, MASK_BOOL: tl.constexpr,
+         BLOCK: tl.constexpr, HIST_LANES: tl.constexpr):
     """Every pass over one row (pointers at its first token, strides per token), merged into ``acc`` and ``hist``."""
     clip_lo, clip_hi, clamp_lo, clamp_hi, band_lo, band_hi, ent_low = consts
     trn, st = (old, so) if OLD else (lp, sl)
@@ -202,15 +204,19 @@ def _row(acc, hist, lane, m, sm, a, sa, lp, sl, ref, sr, old, so, kl, sk, smp, s
             acc = _put_max(_add(acc, lane, S_user_k3_n, cnt), lane, S_user_diff, tl.where(n > 0, diff, float("-inf")))
         if CLAMP:
             acc = _add(_add(acc, lane, S_clamp_n, cnt), lane, S_clamp_hits, hits)
+    if ISW:
+        w_sum, w_min, w_max = row_is(m, sm, isw, si, T, MASK_BOOL, BLOCK)
+        acc = _put_max(_put_min(_add(_add(acc, lane, S_is_n, cnt), lane, S_is_sum, w_sum), lane, S_is_min, w_min),
+                       lane, S_is_max, w_max)
     return acc, hist
 
 
 @triton.jit
-def _token_pass(out, ident, m, a, lp, ref, old, kl, smp, ent, B, T, sm_b, sm_t, sa_b, sa_t, sl_b, sl_t, sr_b, sr_t,
-                so_b, so_t, sk_b, sk_t, ss_b, ss_t, se_b, se_t, clip_lo, clip_hi, clamp_lo, clamp_hi, band_lo, band_hi,
-                ent_low, ADV: tl.constexpr, LP: tl.constexpr, REF: tl.constexpr, OLD: tl.constexpr, KL: tl.constexpr,
-                SMP: tl.constexpr, ENT: tl.constexpr, CLAMP: tl.constexpr, MASK_BOOL: tl.constexpr,
-                BLOCK: tl.constexpr, LANES: tl.constexpr, HIST_LANES: tl.constexpr):
+def _token_pass(out, ident, m, adv, lp, ref, old, kl, smp, ent, isw, B, T, sm_b, sm_t, sa_b, sa_t, sl_b, sl_t, sr_b,
+                sr_t, so_b, so_t, sk_b, sk_t, ss_b, ss_t, se_b, se_t, si_b, si_t, clip_lo, clip_hi, clamp_lo, clamp_hi,
+                band_lo, band_hi, ent_low, ADV: tl.constexpr, LP: tl.constexpr, REF: tl.constexpr, OLD: tl.constexpr,
+                KL: tl.constexpr, SMP: tl.constexpr, ENT: tl.constexpr, ISW: tl.constexpr, CLAMP: tl.constexpr,
+                MASK_BOOL: tl.constexpr, BLOCK: tl.constexpr, LANES: tl.constexpr, HIST_LANES: tl.constexpr):
     """Program p: rows p, p + programs, ...; writes its partial vector to ``out[p]`` (slots of the field table)."""
     pid = tl.program_id(0).to(tl.int64)  # int64 rows: row offsets past 2^31 elements stay exact
     programs = tl.num_programs(0).to(tl.int64)
@@ -219,10 +225,10 @@ def _token_pass(out, ident, m, a, lp, ref, old, kl, smp, ent, B, T, sm_b, sm_t, 
     hist = tl.full([HIST_LANES], 0, tl.int64)
     consts = (clip_lo, clip_hi, clamp_lo, clamp_hi, band_lo, band_hi, ent_low)
     for r in range(pid, B, programs):
-        acc, hist = _row(acc, hist, lane, m + r * sm_b, sm_t, a + r * sa_b, sa_t, lp + r * sl_b, sl_t,
+        acc, hist = _row(acc, hist, lane, m + r * sm_b, sm_t, adv + r * sa_b, sa_t, lp + r * sl_b, sl_t,
                          ref + r * sr_b, sr_t, old + r * so_b, so_t, kl + r * sk_b, sk_t, smp + r * ss_b, ss_t,
-                         ent + r * se_b, se_t, T, consts, ADV, LP, REF, OLD, KL, SMP, ENT, CLAMP, MASK_BOOL, BLOCK,
-                         HIST_LANES)
+                         ent + r * se_b, se_t, isw + r * si_b, si_t, T, consts, ADV, LP, REF, OLD, KL, SMP, ENT, ISW,
+                         CLAMP, MASK_BOOL, BLOCK, HIST_LANES)
     base = out + pid * SLOTS
     in_hist = (lane >= S_hist) & (lane < S_hist + N_HIST)
     tl.store(base + lane, acc, mask=(lane < SLOTS) & ~in_hist)

@@ -288,6 +288,23 @@ def row_entropy(m, sm, ent, se, T, low, MASK_BOOL: tl.constexpr, BLOCK: tl.const
 
 
 @device
+def row_is(m, sm, w, sw, T, MASK_BOOL: tl.constexpr, BLOCK: tl.constexpr):
+    """The trainer's importance-sampling correction weights on the valid tokens: their sum and NaN-propagating
+    extremes."""
+    s1 = tl.full([BLOCK], 0, tl.float32)
+    mn = tl.full([BLOCK], float("inf"), tl.float32)
+    mx = tl.full([BLOCK], float("-inf"), tl.float32)
+    for start in range(0, T, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        valid, _ = _valid(m, sm, offs, T, MASK_BOOL)
+        w0 = _load(w, sw, offs, valid)
+        s1 += w0
+        mn = min_nan(mn, tl.where(valid, w0, float("inf")))
+        mx = max_nan(mx, tl.where(valid, w0, float("-inf")))
+    return _rsum(s1), _rmin(mn), _rmax(mx)
+
+
+@device
 def row_nonfinite(m, sm, lp, sl, ref, sr, old, so, smp, ss, T, LP: tl.constexpr, REF: tl.constexpr,
                    OLD: tl.constexpr, SMP: tl.constexpr, MASK_BOOL: tl.constexpr, BLOCK: tl.constexpr):
     """Tokens whose sum of the differences formed (u, lr, d; else of the log-probs given) is NaN or inf, in the
