@@ -28,6 +28,7 @@ class FieldLayout:
         self._slots = {name: i for i, name in enumerate(self.names)}
         self._codes = [_OP_CODES[op] for _, op in self.fields]
         self._ops: dict[torch.device, torch.Tensor] = {}
+        self._identity: dict[torch.device, torch.Tensor] = {}
 
     def __len__(self) -> int:
         return len(self.fields)
@@ -41,6 +42,13 @@ class FieldLayout:
     def empty(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The identity vector: 0 for sums, +inf for minima, -inf for maxima."""
         return torch.tensor([_EMPTY[op] for _, op in self.fields], dtype=torch.float64, device=device)
+
+    def identity(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """:meth:`empty`, built once per device (read it, never write into it: it is shared)."""
+        key = torch.device(device)
+        if key not in self._identity:
+            self._identity[key] = self.empty(key)
+        return self._identity[key]
 
     def combine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Merge two vectors slot by slot (stacked inputs of shape (k, n) are reduced on dim 0 too)."""

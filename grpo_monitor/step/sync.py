@@ -56,8 +56,8 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         parts.append(("ledger", LEDGER, acc.ledger, global_scope))
         if token_layout is not None:
             parts.append(("tokens", token_layout, acc.tokens, False))
-    vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
-    if collective:
+    vec = torch.cat([(v if v is not None else lay.identity(device)).to(device) for _, lay, v, _ in parts])
+    if collective and rank_and_world()[1] > 1:
         layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
         keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
         vec = all_reduce_fields(vec, layout, keep)
@@ -93,7 +93,7 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
 def _tokens(vec: torch.Tensor | None, acc: Accumulator, layout: FieldLayout | None) -> dict[str, float] | None:
     if vec is None or layout is None:
         return None
-    if acc.tokens is None and torch.equal(vec, layout.empty()):
+    if acc.tokens is None and torch.equal(vec, layout.identity()):
         return None  # no rank observed tokens this step
     return layout.to_dict(vec.tolist())
 
