@@ -57,10 +57,8 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         if token_layout is not None:
             parts.append(("tokens", token_layout, acc.tokens, False))
     vec = torch.cat([(v if v is not None else lay.identity(device)).to(device) for _, lay, v, _ in parts])
-    if collective and rank_and_world()[1] > 1:
-        layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
-        keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
-        vec = all_reduce_fields(vec, layout, keep)
+    if collective:
+        vec = all_reduce_fields(vec, *_joined(tuple((lay.fields, g) for _, lay, _, g in parts)))
     arrays = ([weights] if final and weights is not None else []) + (acc.group_arrays() if final else [])
     host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
     pieces, offset = {}, 0
@@ -88,6 +86,18 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         out, ledger=LEDGER.to_dict(pieces["ledger"].tolist()), tokens=_tokens(pieces.get("tokens"), acc, token_layout),
         groups=groups, weights=weight_rows, all_weights=all_weights,
     )
+
+
+_JOINED: dict[tuple, tuple[FieldLayout, torch.Tensor]] = {}
+
+
+def _joined(parts: tuple[tuple[tuple, bool], ...]) -> tuple[FieldLayout, torch.Tensor]:
+    """The one layout of the synced parts (their fields, and whether each part stays local) and which slots stay
+    local, built once per combination."""
+    if parts not in _JOINED:
+        _JOINED[parts] = (FieldLayout([f for fields, _ in parts for f in fields]),
+                          torch.cat([torch.full((len(fields),), g) for fields, g in parts]))
+    return _JOINED[parts]
 
 
 def _tokens(vec: torch.Tensor | None, acc: Accumulator, layout: FieldLayout | None) -> dict[str, float] | None:
