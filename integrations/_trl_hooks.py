@@ -125,8 +125,7 @@ class TRLHooks:
         cut, lengths = self._truncation(out)
         if tr.accelerator.num_processes > 1:
             cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
-        exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths)
-        exact.pop("frac_reward_zero_std", None)
+        exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths, zero_std=False)
         if getattr(tr, "scale_rewards", "group") != "batch" and aggregation == "sum_then_normalize":  # else TRL
             exact["frac_reward_zero_std"] = zero_std_share(rewards.double().view(-1, g))  # tests the batch's std
         self.audit.pair(before, exact, step)
@@ -171,7 +170,7 @@ class TRLHooks:
         prompts = getattr(self.trainer, "_logs", {}).get("prompt")
         if prompts is None or len(prompts) < n:
             return None
-        return [_label(p) for p in list(prompts)[-n:]]
+        return [p[:_LABEL_CHARS] if isinstance(p, str) else _label(p) for p in list(prompts)[-n:]]
 
     def _compare_zero_std(self, rewards: torch.Tensor, group_size: int, logged: int) -> None:
         """Pair the value TRL just appended to ``frac_reward_zero_std`` with the exact degenerate rate."""

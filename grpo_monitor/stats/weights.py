@@ -80,34 +80,42 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
     """
     valid = mask > 0
     b, t = valid.shape
-    dev = mask.device
-    length = valid.sum(-1).double()
     adv = advantages.double()
-    adv_tok = adv.unsqueeze(-1).expand(b, t) if adv.dim() == 1 else adv
+    length = valid.sum(-1).double()
     row_adv = adv if adv.dim() == 1 else torch.where(valid, adv, 0.0).sum(-1) / length.clamp(min=1)
-    nan = torch.full((b,), math.nan, dtype=torch.float64, device=dev)
+    nan = math.nan
+    const: dict[str, float] = dict(micro=float(micro), width=float(t), measured=float(w is not None),
+                                   eps=torch.finfo(w.dtype).eps if w is not None and w.is_floating_point() else 0.0)
+    cols: dict[str, torch.Tensor] = dict(length=length, advantage=row_adv)
     if w is None:
-        weight, c_mean, c_min, c_max = nan, nan, nan, nan
+        const.update(weight=nan, c_mean=nan, c_min=nan, c_max=nan)
     else:
-        wd = w.double()
-        weight = torch.where(valid, wd.abs(), 0.0).sum(-1)
-        live = valid & (adv_tok != 0)
-        c = torch.where(live, -wd / torch.where(live, adv_tok, 1.0), 0.0)
-        n_live = live.sum(-1)
-        c_mean = torch.where(n_live > 0, c.sum(-1) / n_live.clamp(min=1), math.nan)
-        c_min = torch.where(n_live > 0, torch.where(live, c, math.inf).amin(-1), math.nan)
-        c_max = torch.where(n_live > 0, torch.where(live, c, -math.inf).amax(-1), math.nan)
-    cols = dict(
-        weight=weight, c_mean=c_mean, c_min=c_min, c_max=c_max, length=length, advantage=row_adv,
-        group=group.double() if group is not None else nan.nan_to_num(-1.0),
-        degenerate=degenerate.double() if degenerate is not None else nan, micro=float(micro),
-        row=torch.arange(b, device=dev, dtype=torch.float64),
-        source_row=source_row.double() if source_row is not None else nan.nan_to_num(-1.0), width=float(t),
-        checkable=checkable.double() if checkable is not None else 1.0, measured=float(w is not None),
-        eps=torch.finfo(w.dtype).eps if w is not None and w.is_floating_point() else 0.0,
-    )
-    return torch.stack([torch.as_tensor(cols[n], dtype=torch.float64, device=dev).expand(b) for n in ROW_COLUMNS],
-                       dim=1)
+        cols.update(_c_columns(valid, adv.unsqueeze(-1) if adv.dim() == 1 else adv, w.double()))
+    for name, value, absent in (("group", group, -1.0), ("degenerate", degenerate, nan),
+                                ("source_row", source_row, -1.0), ("checkable", checkable, 1.0)):
+        if value is None:
+            const[name] = absent
+        else:
+            cols[name] = value
+    cols["row"] = torch.arange(b, device=mask.device, dtype=torch.float64)
+    names = [n for n in ROW_COLUMNS if n in const]  # the constant columns: one host vector, broadcast to the rows
+    fixed = dict(zip(names, torch.tensor([const[n] for n in names], dtype=torch.float64, device=mask.device)
+                     .expand(b, len(names)).unbind(1), strict=True))
+    return torch.stack([cols[n].to(torch.float64) if n in cols else fixed[n] for n in ROW_COLUMNS], dim=1)
+
+
+def _c_columns(valid: torch.Tensor, adv_tok: torch.Tensor, wd: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``weight`` (sum of ``|w|`` over valid tokens) and ``c = -w / A``'s mean, min and max per row over valid tokens
+    with ``A != 0`` (NaN without such a token); ``adv_tok`` broadcasts against the ``(B, T)`` tokens."""
+    weight = torch.where(valid, wd.abs(), 0.0).sum(-1)
+    live = valid & (adv_tok != 0)
+    c = torch.where(live, -wd / torch.where(live, adv_tok, 1.0), 0.0)
+    n_live = live.sum(-1)
+    has = n_live > 0
+    c_mean = torch.where(has, c.sum(-1) / n_live.clamp(min=1), math.nan)
+    c_min = torch.where(has, torch.where(live, c, math.inf).amin(-1), math.nan)
+    c_max = torch.where(has, torch.where(live, c, -math.inf).amax(-1), math.nan)
+    return dict(weight=weight, c_mean=c_mean, c_min=c_min, c_max=c_max)
 
 
 def checkable_rows(mask: torch.Tensor, logprobs: torch.Tensor | None, old_logprobs: torch.Tensor | None,
