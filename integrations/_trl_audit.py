@@ -27,23 +27,17 @@ LOSS_KEYS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "cl
 def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, lengths: torch.Tensor,
                   zero_std: bool = True) -> dict[str, float]:
     """The exact values of one generation's rollout keys: gathered rewards (NaN: unscorable), cut flags, lengths
-    (one host copy; ``zero_std=False`` leaves ``frac_reward_zero_std`` out, for a caller that takes it elsewhere)."""
+    (``zero_std=False`` leaves ``frac_reward_zero_std`` out, for a caller that takes it elsewhere)."""
     r = rewards.detach().double().flatten()
     scored = r[~torch.isnan(r)]
-    ln, done = lengths.double(), ~cut.bool()
-    n_done = done.sum()
-    parts = [ln.mean(), cut.double().mean(), torch.where(done, ln, 0.0).sum() / n_done.clamp(min=1), n_done]
+    out = {"completions/mean_length": float(lengths.double().mean()),
+           "completions/clipped_ratio": float(cut.double().mean())}
+    done = lengths[~cut.bool()].double()
+    out["completions/mean_terminated_length"] = float(done.mean()) if done.numel() else 0.0
     if scored.numel():
-        parts.append(scored.mean())
+        out["reward"] = float(scored.mean())
     if scored.numel() > 1:
-        parts.append(scored.std(correction=1))
-    host = torch.stack(parts).tolist()
-    out = {"completions/mean_length": host[0], "completions/clipped_ratio": host[1],
-           "completions/mean_terminated_length": host[2] if host[3] else 0.0}
-    if scored.numel():
-        out["reward"] = host[4]
-    if scored.numel() > 1:
-        out["reward_std"] = host[5]
+        out["reward_std"] = float(scored.std(correction=1))
     if zero_std and r.numel() % group_size == 0:
         out["frac_reward_zero_std"] = zero_std_share(r.view(-1, group_size))
     return out

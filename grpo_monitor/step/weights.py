@@ -186,6 +186,8 @@ def _concat(parts: Sequence[WeightRows], separate_groups: bool = False) -> Weigh
     """Every rank's rows as one table, micro-batches numbered apart (rank r's after rank r-1's). With
     ``separate_groups`` (local rollout scope: each rank's group ids index its own shard) the groups too; under
     global scope every rank's ids index the same gathered rollout and are kept."""
+    if len(parts) == 1:
+        return parts[0]  # one table: numbered from 0 already, nothing to shift
     tables, offset, group_offset = [], 0.0, 0.0
     micro, group = ROW_COLUMNS.index("micro"), ROW_COLUMNS.index("group")
     for p in parts:
