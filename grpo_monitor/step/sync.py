@@ -58,7 +58,7 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
             parts.append(("tokens", token_layout, acc.tokens, False))
     vec = torch.cat([(v if v is not None else lay.identity(device)).to(device) for _, lay, v, _ in parts])
     if collective:
-        vec = all_reduce_fields(vec, *_joined(tuple((lay.fields, g) for _, lay, _, g in parts)))
+        vec = all_reduce_fields(vec, *_joined(tuple((lay, g) for _, lay, _, g in parts)))
     arrays = ([weights] if final and weights is not None else []) + (acc.group_arrays() if final else [])
     host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
     pieces, offset = {}, 0
@@ -88,16 +88,21 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
     )
 
 
-_JOINED: dict[tuple, tuple[FieldLayout, torch.Tensor]] = {}
+_JOINED: dict[tuple, tuple[tuple, FieldLayout, torch.Tensor]] = {}
+_JOINED_KEPT = 8  # combinations remembered (each monitor has its own token layout)
 
 
-def _joined(parts: tuple[tuple[tuple, bool], ...]) -> tuple[FieldLayout, torch.Tensor]:
-    """The one layout of the synced parts (their fields, and whether each part stays local) and which slots stay
-    local, built once per combination."""
-    if parts not in _JOINED:
-        _JOINED[parts] = (FieldLayout([f for fields, _ in parts for f in fields]),
-                          torch.cat([torch.full((len(fields),), g) for fields, g in parts]))
-    return _JOINED[parts]
+def _joined(parts: tuple[tuple[FieldLayout, bool], ...]) -> tuple[FieldLayout, torch.Tensor]:
+    """The one layout of the synced parts (each layout, and whether it stays local) and which slots stay local,
+    built once per combination (looked up by the layouts' identities, which the entry keeps alive)."""
+    key = tuple((id(lay), g) for lay, g in parts)
+    entry = _JOINED.get(key)
+    if entry is None:
+        if len(_JOINED) >= _JOINED_KEPT:
+            _JOINED.clear()
+        entry = _JOINED[key] = (parts, FieldLayout([f for lay, _ in parts for f in lay.fields]),
+                                torch.cat([torch.full((len(lay),), g) for lay, g in parts]))
+    return entry[1], entry[2]
 
 
 def _tokens(vec: torch.Tensor | None, acc: Accumulator, layout: FieldLayout | None) -> dict[str, float] | None:
