@@ -43,13 +43,21 @@ def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, len
     return out
 
 
-def zero_std_share(groups: torch.Tensor) -> float:
-    """The share of groups whose scorable rewards are all equal, exactly (float64): TRL's ``frac_reward_zero_std``
-    as it is meant. A group with fewer than two scorable rows has no std (TRL's ``nanstd`` gives NaN): not counted."""
+def group_extrema(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group (row of ``groups``): the scorable (non-NaN) count, the largest and the smallest scorable reward
+    (-inf and +inf without one)."""
     scorable = ~torch.isnan(groups)
-    hi = torch.where(scorable, groups, torch.full_like(groups, -math.inf)).amax(1)
-    lo = torch.where(scorable, groups, torch.full_like(groups, math.inf)).amin(1)
-    return float(((scorable.sum(1) >= 2) & (hi == lo)).double().mean())
+    hi = torch.where(scorable, groups, -math.inf).amax(1)
+    lo = torch.where(scorable, groups, math.inf).amin(1)
+    return scorable.sum(1), hi, lo
+
+
+def zero_std_share(groups: torch.Tensor, extrema: tuple[torch.Tensor, ...] | None = None) -> float:
+    """The share of groups whose scorable rewards are all equal, exactly (float64): TRL's ``frac_reward_zero_std``
+    as it is meant. A group with fewer than two scorable rows has no std (TRL's ``nanstd`` gives NaN): not counted.
+    ``extrema``: :func:`group_extrema` of ``groups`` when the caller has them."""
+    count, hi, lo = extrema if extrema is not None else group_extrema(groups)
+    return float(((count >= 2) & (hi == lo)).double().mean())
 
 
 def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.Tensor,

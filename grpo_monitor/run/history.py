@@ -2,8 +2,9 @@
 
 ``QuestionHistory`` is fed once per step with per-group arrays already on the host. Its
 per-step work has no Python loop over responses: per-question sums come from one
-``np.bincount`` each (none when every question has one group: the sums are the values), then one short loop over the step's distinct questions updates the
-bounded dict (least-recently-seen questions are evicted beyond ``cap``).
+``np.bincount`` each (none when every question has one group: the sums are the values), then one
+short loop over the step's distinct questions updates the bounded dict (least-recently-seen questions
+are evicted beyond ``cap``).
 """
 
 from __future__ import annotations

@@ -86,8 +86,9 @@ class FieldLayout:
             out[torch.tensor(where, device=device)] = torch.stack(ts).to(device, torch.float64)
         return out
 
-    def pack_blocks(self, values: Mapping[str, torch.Tensor | float], blocks: Sequence[tuple[tuple[str, ...], torch.Tensor]],
-                    device: torch.device | str = "cpu") -> torch.Tensor:
+    def pack_blocks(self, values: Mapping[str, torch.Tensor | float],
+                    blocks: Sequence[tuple[tuple[str, ...], torch.Tensor]], device: torch.device | str = "cpu",
+                    ) -> torch.Tensor:
         """:meth:`pack`, plus ``blocks``: (names, a vector of their values in that order) placed whole (one indexed
         copy each, the slot indices built once per names), so a caller reduces many slots in one operation."""
         out = self.pack(values, device)

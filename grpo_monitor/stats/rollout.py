@@ -93,7 +93,7 @@ def rollout_stats(
     per_group = [s.rows, s.n, scored, s.degenerate, s.live, s.reward_sum, torch.where(scored, s.std, 0.0)]
     blocks = [(_GROUP_SUMS + tuple(f"viol_{name}" for name in offending),
                torch.stack(per_group + list(offending.values())).sum(-1))]  # every per-group count, one reduction
-    vals = dict(groups=float(num_groups), nonbinary=s.nonbinary,
+    vals: dict[str, torch.Tensor | float] = dict(groups=float(num_groups), nonbinary=s.nonbinary,
                 reward_sq_sum=torch.where(torch.isfinite(rewards), rewards * rewards, 0.0).sum())  # the batch std's
     if fit is not None:
         vals.update(_advantage_fields(s, fit, blocks))
