@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from .question_sums import QuestionSums
+
 
 def intra_group_correlation(successes: np.ndarray, counts: np.ndarray) -> float:
     """ANOVA (Fleiss) estimate of the intra-class correlation of binary outcomes in groups.
@@ -148,7 +150,7 @@ class QuestionHistory:
         codes, unique = _encode(question_ids)
         y, n, dropped, stds = _check_update(len(codes), successes, counts, filtered, reward_std)
         m = len(unique)
-        per_question = _PerQuestion(codes, m)
+        per_question = QuestionSums(codes, m)
         seen = per_question.count()
         n_filtered = per_question.sums(dropped).astype(np.int64)
         success_sums = per_question.sums(y)
@@ -333,31 +335,7 @@ def _optional(values: Any, n_groups: int, name: str) -> np.ndarray | None:
     return array
 
 
-class _PerQuestion:
-    """Per-group values summed per distinct question (``codes``: first-appearance codes of ``m`` questions). With one
-    group per question (the codes are ``0..m-1`` in order) a sum is the values themselves: no bincount."""
-
-    def __init__(self, codes: np.ndarray, m: int) -> None:
-        self.codes, self.m, self.distinct = codes, m, m == len(codes)
-
-    def sums(self, weights: np.ndarray) -> np.ndarray:
-        if self.distinct:
-            return np.asarray(weights, dtype=np.float64) + 0.0  # a new array, and -0.0 summed to 0.0 as bincount does
-        return np.bincount(self.codes, weights=weights, minlength=self.m)
-
-    def count(self) -> np.ndarray:
-        return np.ones(self.m, dtype=np.int64) if self.distinct else np.bincount(self.codes, minlength=self.m)
-
-    def last(self) -> np.ndarray:
-        """Each question's last group."""
-        if self.distinct:
-            return np.arange(self.m, dtype=np.int64)
-        last_group = np.full(self.m, -1, dtype=np.int64)
-        np.maximum.at(last_group, self.codes, np.arange(len(self.codes)))
-        return last_group
-
-
-def _split_counts(per_question: _PerQuestion, kinds: np.ndarray | None, truncated: np.ndarray | None,
+def _split_counts(per_question: QuestionSums, kinds: np.ndarray | None, truncated: np.ndarray | None,
                   rows: np.ndarray) -> np.ndarray:
     """Per distinct question, the ``_SPLIT_FIELDS`` counts of the step, shape ``(6, m)`` (one sum each)."""
     out = np.zeros((len(_SPLIT_FIELDS), per_question.m))
