@@ -69,7 +69,8 @@ def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[
 
 def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | None = None, *, micro: int = 0,
                 group: torch.Tensor | None = None, degenerate: torch.Tensor | None = None,
-                source_row: torch.Tensor | None = None, checkable: torch.Tensor | None = None) -> torch.Tensor:
+                source_row: torch.Tensor | None = None, checkable: torch.Tensor | None = None,
+                c_columns: bool = True) -> torch.Tensor:
     """One float64 row of :data:`ROW_COLUMNS` per response of a ``(B, T)`` micro-batch. No host sync.
 
     ``c = -w / A`` per valid token with ``A != 0`` (mean, min, max per row; NaN without such a
@@ -77,6 +78,8 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
     ``group``/``degenerate``/``source_row``: the rollout row's group, whether it is degenerate, its
     index (-1/NaN: unknown); ``checkable``: ratio 1 and no KL on every valid token (default all);
     ``eps``: the machine epsilon of ``w``'s dtype (the check's tolerance is at least 16 of them).
+    ``c_columns=False`` (no row can be checked, e.g. a micro-batch with a KL term) leaves ``c`` NaN: only the check
+    reads it.
     """
     valid = mask > 0
     b, t = valid.shape
@@ -90,7 +93,12 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
     if w is None:
         const.update(weight=nan, c_mean=nan, c_min=nan, c_max=nan)
     else:
-        cols.update(_c_columns(valid, adv.unsqueeze(-1) if adv.dim() == 1 else adv, w.double()))
+        wd = w.double()
+        cols["weight"] = torch.where(valid, wd.abs(), 0.0).sum(-1)
+        if c_columns:
+            cols.update(_c_columns(valid, adv.unsqueeze(-1) if adv.dim() == 1 else adv, wd))
+        else:
+            const.update(c_mean=nan, c_min=nan, c_max=nan)
     for name, value, absent in (("group", group, -1.0), ("degenerate", degenerate, nan),
                                 ("source_row", source_row, -1.0), ("checkable", checkable, 1.0)):
         if value is None:
@@ -105,9 +113,8 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
 
 
 def _c_columns(valid: torch.Tensor, adv_tok: torch.Tensor, wd: torch.Tensor) -> dict[str, torch.Tensor]:
-    """``weight`` (sum of ``|w|`` over valid tokens) and ``c = -w / A``'s mean, min and max per row over valid tokens
-    with ``A != 0`` (NaN without such a token); ``adv_tok`` broadcasts against the ``(B, T)`` tokens."""
-    weight = torch.where(valid, wd.abs(), 0.0).sum(-1)
+    """``c = -w / A``'s mean, min and max per row over valid tokens with ``A != 0`` (NaN without such a token);
+    ``adv_tok`` broadcasts against the ``(B, T)`` tokens."""
     live = valid & (adv_tok != 0)
     c = torch.where(live, -wd / torch.where(live, adv_tok, 1.0), 0.0)
     n_live = live.sum(-1)
@@ -115,7 +122,7 @@ def _c_columns(valid: torch.Tensor, adv_tok: torch.Tensor, wd: torch.Tensor) -> 
     c_mean = torch.where(has, c.sum(-1) / n_live.clamp(min=1), math.nan)
     c_min = torch.where(has, torch.where(live, c, math.inf).amin(-1), math.nan)
     c_max = torch.where(has, torch.where(live, c, -math.inf).amax(-1), math.nan)
-    return dict(weight=weight, c_mean=c_mean, c_min=c_min, c_max=c_max)
+    return dict(c_mean=c_mean, c_min=c_min, c_max=c_max)
 
 
 def checkable_rows(mask: torch.Tensor, logprobs: torch.Tensor | None, old_logprobs: torch.Tensor | None,

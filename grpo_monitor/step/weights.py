@@ -66,7 +66,8 @@ class LossWeights:
         group, degenerate, source = self._link(rows, mask.shape[0], mask.device)
         check = checkable_rows(mask, tensors.get("logprobs"), tensors.get("old_logprobs"), tensors.get("ref_logprobs"))
         self.rows.append(row_records(mask, adv, w, micro=len(self.rows), group=group, degenerate=degenerate,
-                                     source_row=source, checkable=check))
+                                     source_row=source, checkable=check,
+                                     c_columns=tensors.get("ref_logprobs") is None))  # with a KL term: unchecked
 
     def _link(self, rows: torch.Tensor | None, b: int, device: torch.device):
         """Group, degenerate flag and rollout row of each loss row (-1/NaN where unknown). No host sync:
