@@ -24,9 +24,10 @@ ROLLOUT_KEYS = ("frac_reward_zero_std", "reward", "reward_std", "completions/mea
 LOSS_KEYS = ("entropy", "kl", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean")
 
 
-def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, lengths: torch.Tensor
-                  ) -> dict[str, float]:
-    """The exact values of one generation's rollout keys: gathered rewards (NaN: unscorable), cut flags, lengths."""
+def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, lengths: torch.Tensor,
+                  zero_std: bool = True) -> dict[str, float]:
+    """The exact values of one generation's rollout keys: gathered rewards (NaN: unscorable), cut flags, lengths
+    (``zero_std=False`` leaves ``frac_reward_zero_std`` out, for a caller that takes it elsewhere)."""
     r = rewards.detach().double().flatten()
     scored = r[~torch.isnan(r)]
     out = {"completions/mean_length": float(lengths.double().mean()),
@@ -37,18 +38,26 @@ def rollout_exact(rewards: torch.Tensor, group_size: int, cut: torch.Tensor, len
         out["reward"] = float(scored.mean())
     if scored.numel() > 1:
         out["reward_std"] = float(scored.std(correction=1))
-    if r.numel() % group_size == 0:
+    if zero_std and r.numel() % group_size == 0:
         out["frac_reward_zero_std"] = zero_std_share(r.view(-1, group_size))
     return out
 
 
-def zero_std_share(groups: torch.Tensor) -> float:
-    """The share of groups whose scorable rewards are all equal, exactly (float64): TRL's ``frac_reward_zero_std``
-    as it is meant. A group with fewer than two scorable rows has no std (TRL's ``nanstd`` gives NaN): not counted."""
+def group_extrema(groups: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per group (row of ``groups``): the scorable (non-NaN) count, the largest and the smallest scorable reward
+    (-inf and +inf without one)."""
     scorable = ~torch.isnan(groups)
-    hi = torch.where(scorable, groups, torch.full_like(groups, -math.inf)).amax(1)
-    lo = torch.where(scorable, groups, torch.full_like(groups, math.inf)).amin(1)
-    return float(((scorable.sum(1) >= 2) & (hi == lo)).double().mean())
+    hi = torch.where(scorable, groups, -math.inf).amax(1)
+    lo = torch.where(scorable, groups, math.inf).amin(1)
+    return scorable.sum(1), hi, lo
+
+
+def zero_std_share(groups: torch.Tensor, extrema: tuple[torch.Tensor, ...] | None = None) -> float:
+    """The share of groups whose scorable rewards are all equal, exactly (float64): TRL's ``frac_reward_zero_std``
+    as it is meant. A group with fewer than two scorable rows has no std (TRL's ``nanstd`` gives NaN): not counted.
+    ``extrema``: :func:`group_extrema` of ``groups`` when the caller has them."""
+    count, hi, lo = extrema if extrema is not None else group_extrema(groups)
+    return float(((count >= 2) & (hi == lo)).double().mean())
 
 
 def loss_exact(mask: torch.Tensor, entropies: torch.Tensor | None, logps: torch.Tensor,

@@ -12,11 +12,11 @@ from typing import Any
 import torch
 
 from grpo_monitor.monitor import GRPOMonitor
-from grpo_monitor.stats.groups import degenerate_blocks
 
 from ._common import FailOpen, row_advantages
 from ._trl_audit import (
     TRLAudit,
+    group_extrema,
     importance_weight,
     loss_exact,
     rollout_exact,
@@ -118,17 +118,18 @@ class TRLHooks:
         rewards = trl_rewards(rpf, tr.reward_weights, g, aggregation)
         local = row_advantages(out["advantages"].detach(), out["completion_mask"])  # (B, T): a subclass's
         advantages = tr.accelerator.gather(local.contiguous()) if tr.accelerator.num_processes > 1 else local
-        self._compare_zero_std(rewards, g, before.get("frac_reward_zero_std", 0))
+        extrema = group_extrema(rewards.double().view(-1, g)) if rewards.numel() % g == 0 else None
+        self._compare_zero_std(extrema, before.get("frac_reward_zero_std", 0))
         step = self._step()
         if step > self.monitor.step:
             self.monitor.step = step  # a breach raised here is labelled with TRL's step number
         cut, lengths = self._truncation(out)
         if tr.accelerator.num_processes > 1:
             cut, lengths = tr.accelerator.gather(cut), tr.accelerator.gather(lengths)
-        exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths)
-        exact.pop("frac_reward_zero_std", None)
+        exact = rollout_exact(self._logged_rewards(rpf), g, cut, lengths, zero_std=False)
         if getattr(tr, "scale_rewards", "group") != "batch" and aggregation == "sum_then_normalize":  # else TRL
-            exact["frac_reward_zero_std"] = zero_std_share(rewards.double().view(-1, g))  # tests the batch's std
+            # tests the batch's std
+            exact["frac_reward_zero_std"] = zero_std_share(rewards.double().view(-1, g), extrema)
         self.audit.pair(before, exact, step)
         components = {}
         if rpf.dim() == 2 and rpf.shape[1] > 1:  # one column per reward function: multi-reward estimators replay
@@ -171,14 +172,17 @@ class TRLHooks:
         prompts = getattr(self.trainer, "_logs", {}).get("prompt")
         if prompts is None or len(prompts) < n:
             return None
-        return [_label(p) for p in list(prompts)[-n:]]
+        return [p[:_LABEL_CHARS] if isinstance(p, str) else _label(p) for p in list(prompts)[-n:]]
 
-    def _compare_zero_std(self, rewards: torch.Tensor, group_size: int, logged: int) -> None:
-        """Pair the value TRL just appended to ``frac_reward_zero_std`` with the exact degenerate rate."""
+    def _compare_zero_std(self, extrema: tuple[torch.Tensor, ...] | None, logged: int) -> None:
+        """Pair the value TRL just appended to ``frac_reward_zero_std`` with the exact degenerate rate (the share of
+        groups whose scorable rewards do not vary, as ``degenerate_blocks``; ``extrema``: ``group_extrema`` of the
+        rewards in groups, None when they do not split into groups)."""
         values = self.trainer._metrics["train"].get("frac_reward_zero_std") or []
-        if len(values) <= logged or rewards.numel() % group_size:
+        if len(values) <= logged or extrema is None:
             return
-        self._zero_std.append((float(values[-1]), degenerate_blocks(rewards.double().view(-1, group_size)).mean()))
+        _, hi, lo = extrema
+        self._zero_std.append((float(values[-1]), (~(hi > lo)).double().mean()))
 
     def step_metrics(self) -> dict[str, float]:
         """TRL's ``frac_reward_zero_std`` of the step and its gap to the exact degenerate rate."""
@@ -294,4 +298,4 @@ class TRLHooks:
         tr = self.trainer
         low = (ratio < 1 - float(tr.epsilon_low)) & (adv < 0) & valid
         high = (ratio > 1 + float(tr.epsilon_high)) & (adv > 0) & valid
-        return torch.stack([low.sum(), high.sum(), (low | high).sum(), valid.sum()]).double()
+        return torch.stack([low, high, low | high, valid.expand_as(low)]).flatten(1).sum(1).double()

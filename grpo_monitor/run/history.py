@@ -2,8 +2,9 @@
 
 ``QuestionHistory`` is fed once per step with per-group arrays already on the host. Its
 per-step work has no Python loop over responses: per-question sums come from one
-``np.bincount`` each, then one short loop over the step's distinct questions updates the
-bounded dict (least-recently-seen questions are evicted beyond ``cap``).
+``np.bincount`` each (none when every question has one group: the sums are the values), then one
+short loop over the step's distinct questions updates the bounded dict (least-recently-seen questions
+are evicted beyond ``cap``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
+
+from .question_sums import QuestionSums
 
 
 def intra_group_correlation(successes: np.ndarray, counts: np.ndarray) -> float:
@@ -147,14 +150,14 @@ class QuestionHistory:
         codes, unique = _encode(question_ids)
         y, n, dropped, stds = _check_update(len(codes), successes, counts, filtered, reward_std)
         m = len(unique)
-        seen = np.bincount(codes, minlength=m)
-        n_filtered = np.bincount(codes, weights=dropped, minlength=m).astype(np.int64)
-        success_sums = np.bincount(codes, weights=y, minlength=m)
-        response_counts = np.bincount(codes, weights=n, minlength=m).astype(np.int64)
-        last_group = np.full(m, -1, dtype=np.int64)
-        np.maximum.at(last_group, codes, np.arange(len(codes)))
+        per_question = QuestionSums(codes, m)
+        seen = per_question.count()
+        n_filtered = per_question.sums(dropped).astype(np.int64)
+        success_sums = per_question.sums(y)
+        response_counts = per_question.sums(n).astype(np.int64)
+        last_group = per_question.last()
         all_rows = _optional(rows, len(codes), "rows")
-        split = _split_counts(codes, m, _optional(kinds, len(codes), "kinds"),
+        split = _split_counts(per_question, _optional(kinds, len(codes), "kinds"),
                               _optional(truncated, len(codes), "truncated"), n if all_rows is None else all_rows)
         items = zip(unique, seen.tolist(), n_filtered.tolist(), success_sums.tolist(),
                     response_counts.tolist(), stds[last_group].tolist(), split.T.tolist(), strict=True)
@@ -179,8 +182,13 @@ class QuestionHistory:
         record = self._records.pop(qid, None) or _Record()
         if record.times_seen:
             self._classes[_supply_class(record)] -= 1
-        for name, add in zip(_SPLIT_FIELDS, split, strict=True):
-            setattr(record, name, getattr(record, name) + int(add))
+        low, high, other, cut, cut_rows, all_cut = split  # _SPLIT_FIELDS, in order
+        record.degenerate_low += int(low)
+        record.degenerate_high += int(high)
+        record.degenerate_other += int(other)
+        record.truncated_rows += int(cut)
+        record.truncation_rows += int(cut_rows)
+        record.degenerate_truncated += int(all_cut)
         all_filtered = dropped == seen
         if record.last_step == step:  # a second batch of the same step: only a kept group breaks the streak
             record.stuck_streak = record.stuck_streak if all_filtered else 0
@@ -327,20 +335,20 @@ def _optional(values: Any, n_groups: int, name: str) -> np.ndarray | None:
     return array
 
 
-def _split_counts(codes: np.ndarray, m: int, kinds: np.ndarray | None, truncated: np.ndarray | None,
+def _split_counts(per_question: QuestionSums, kinds: np.ndarray | None, truncated: np.ndarray | None,
                   rows: np.ndarray) -> np.ndarray:
-    """Per distinct question, the ``_SPLIT_FIELDS`` counts of the step, shape ``(6, m)`` (one bincount each)."""
-    out = np.zeros((len(_SPLIT_FIELDS), m))
+    """Per distinct question, the ``_SPLIT_FIELDS`` counts of the step, shape ``(6, m)`` (one sum each)."""
+    out = np.zeros((len(_SPLIT_FIELDS), per_question.m))
     if kinds is not None:
         for i, code in enumerate((1, 2, 3)):  # DEGENERATE_LOW, _HIGH, _OTHER of step.metrics
-            out[i] = np.bincount(codes, weights=(kinds == code), minlength=m)
+            out[i] = per_question.sums(kinds == code)
     if truncated is not None:
         given = ~np.isnan(truncated)
-        out[3] = np.bincount(codes, weights=np.where(given, truncated, 0.0), minlength=m)
-        out[4] = np.bincount(codes, weights=np.where(given, rows, 0.0), minlength=m)
+        out[3] = per_question.sums(np.where(given, truncated, 0.0))
+        out[4] = per_question.sums(np.where(given, rows, 0.0))
         if kinds is not None:
             all_cut = given & (kinds > 0) & (truncated >= rows) & (rows > 0)
-            out[5] = np.bincount(codes, weights=all_cut, minlength=m)
+            out[5] = per_question.sums(all_cut)
     return out
 
 

@@ -28,6 +28,8 @@ class FieldLayout:
         self._slots = {name: i for i, name in enumerate(self.names)}
         self._codes = [_OP_CODES[op] for _, op in self.fields]
         self._ops: dict[torch.device, torch.Tensor] = {}
+        self._identity: dict[torch.device, torch.Tensor] = {}
+        self._index: dict[tuple[tuple[str, ...], torch.device], torch.Tensor] = {}  # pack_blocks' slot indices
 
     def __len__(self) -> int:
         return len(self.fields)
@@ -41,6 +43,13 @@ class FieldLayout:
     def empty(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """The identity vector: 0 for sums, +inf for minima, -inf for maxima."""
         return torch.tensor([_EMPTY[op] for _, op in self.fields], dtype=torch.float64, device=device)
+
+    def identity(self, device: torch.device | str = "cpu") -> torch.Tensor:
+        """:meth:`empty`, built once per device (read it, never write into it: it is shared)."""
+        key = torch.device(device)
+        if key not in self._identity:
+            self._identity[key] = self.empty(key)
+        return self._identity[key]
 
     def combine(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         """Merge two vectors slot by slot (stacked inputs of shape (k, n) are reduced on dim 0 too)."""
@@ -69,12 +78,25 @@ class FieldLayout:
             if isinstance(v, torch.Tensor):
                 where, ts = by_dtype.setdefault(v.dtype, ([], []))
                 where.append(slots[name])
-                ts.append(v.reshape(()))
+                ts.append(v if v.dim() == 0 else v.reshape(()))
             else:
                 host[slots[name]] = v
         out = torch.tensor(host, dtype=torch.float64, device=device)
         for where, ts in by_dtype.values():  # one stack per dtype, then one exact cast to float64 (no promotion)
             out[torch.tensor(where, device=device)] = torch.stack(ts).to(device, torch.float64)
+        return out
+
+    def pack_blocks(self, values: Mapping[str, torch.Tensor | float],
+                    blocks: Sequence[tuple[tuple[str, ...], torch.Tensor]], device: torch.device | str = "cpu",
+                    ) -> torch.Tensor:
+        """:meth:`pack`, plus ``blocks``: (names, a vector of their values in that order) placed whole (one indexed
+        copy each, the slot indices built once per names), so a caller reduces many slots in one operation."""
+        out = self.pack(values, device)
+        for names, vec in blocks:
+            key = (names, out.device)
+            if key not in self._index:
+                self._index[key] = torch.tensor([self._slots[n] for n in names], device=out.device)
+            out[self._index[key]] = vec.to(out.device, torch.float64)
         return out
 
     def to_dict(self, values: Sequence[float]) -> dict[str, float]:

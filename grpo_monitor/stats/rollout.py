@@ -50,6 +50,12 @@ _VIOL_FIELDS = tuple((f"viol_{i}", "sum") for i in GROUP_INVARIANTS)
 ROLLOUT_FIELDS: tuple[tuple[str, str], ...] = _BASE_FIELDS + _CONV_FIELDS + _VIOL_FIELDS + AGE_FIELDS
 ROLLOUT_INDEX = {name: i for i, (name, _) in enumerate(ROLLOUT_FIELDS)}
 ROLLOUT_LAYOUT = FieldLayout(ROLLOUT_FIELDS)
+#: Slots reduced together (``FieldLayout.pack_blocks``): per-group counts (then the ``viol_`` ones), the advantage sums
+#: over finite groups, over live groups, and each convention's stabilizer range (minima, then maxima).
+_GROUP_SUMS = ("rows", "scorable_rows", "scored_groups", "degenerate", "live", "reward_sum", "question_std_sum")
+_FIT_SUMS = ("adv_rows", "adv_sum", "adv_sq_sum")
+_LIVE_SUMS = ("live_adv_std_sum", "live_scale_sum", "inv_k_sum", "live_std_sum")
+_CONV_RANGE = tuple(f"e_{c}_min" for c in CONVENTIONS) + tuple(f"e_{c}_max" for c in CONVENTIONS)
 
 
 @dataclasses.dataclass
@@ -81,22 +87,20 @@ def rollout_stats(
     """
     seg = as_segments(gid, num_groups)
     s = group_reward_stats(rewards, seg)
-    scored, scorable = s.n > 0, s.n.sum()
-    vals = dict(
-        rows=s.rows.sum(), scorable_rows=scorable, groups=torch.full_like(scorable, float(num_groups)),
-        scored_groups=scored.sum(), degenerate=s.degenerate.sum(), live=s.live.sum(), reward_sum=s.reward_sum.sum(),
-        question_std_sum=torch.where(scored, s.std, 0.0).sum(), nonbinary=s.nonbinary,
-        reward_sq_sum=torch.where(torch.isfinite(rewards), rewards * rewards, 0.0).sum(),  # the batch std's
-    )
+    scored = s.n > 0
     fit = advantage_fit(advantages, s, seg) if advantages is not None else None
-    if fit is not None:
-        vals.update(_advantage_fields(s, fit))
     offending = group_offenders(s, fit, tol, group_size)  # the rollout invariants' masks (grpo_monitor.invariants)
-    vals.update(_violation_fields(offending))
+    per_group = [s.rows, s.n, scored, s.degenerate, s.live, s.reward_sum, torch.where(scored, s.std, 0.0)]
+    blocks = [(_GROUP_SUMS + tuple(f"viol_{name}" for name in offending),
+               torch.stack(per_group + list(offending.values())).sum(-1))]  # every per-group count, one reduction
+    vals: dict[str, torch.Tensor | float] = dict(groups=float(num_groups), nonbinary=s.nonbinary,
+                reward_sq_sum=torch.where(torch.isfinite(rewards), rewards * rewards, 0.0).sum())  # the batch std's
+    if fit is not None:
+        vals.update(_advantage_fields(s, fit, blocks))
     vals.update(split_fields(rewards, s, seg, lengths, truncated))
     vals.update(ages or {})
     cut = seg.sum(seg.rows(truncated)) if truncated is not None else None
-    return ROLLOUT_LAYOUT.pack(vals, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending, cut)
+    return ROLLOUT_LAYOUT.pack_blocks(vals, blocks, rewards.device), RolloutDetail(s, fit, s.reward_sum, offending, cut)
 
 
 def split_fields(rewards: torch.Tensor, s: GroupRewardStats, seg: Segments, lengths: torch.Tensor | None,
@@ -120,26 +124,20 @@ def split_fields(rewards: torch.Tensor, s: GroupRewardStats, seg: Segments, leng
     return out
 
 
-def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit) -> dict:
+def _advantage_fields(s: GroupRewardStats, fit: AdvantageFit, blocks: list) -> dict:
+    """The advantage slots: the extrema by name, the sums and stabilizer ranges appended to ``blocks``."""
     fin = ~fit.nonfinite
     live = s.live & torch.isfinite(fit.slope) & fin
-    fin_sums = torch.where(fin, torch.stack([s.n, fit.sum, fit.sq_sum]), 0.0).sum(-1)
-    live_sums = torch.where(live, torch.stack([fit.adv_std, fit.slope * s.std, 1.0 / fit.slope, s.std]), 0.0).sum(-1)
-    out = dict(zip(("adv_rows", "adv_sum", "adv_sq_sum"), fin_sums, strict=True))
-    out.update(zip(("live_adv_std_sum", "live_scale_sum", "inv_k_sum", "live_std_sum"), live_sums, strict=True))
-    out.update(
+    blocks.append((_FIT_SUMS, torch.where(fin, torch.stack([s.n, fit.sum, fit.sq_sum]), 0.0).sum(-1)))
+    blocks.append((_LIVE_SUMS, torch.where(live, torch.stack([fit.adv_std, fit.slope * s.std, 1.0 / fit.slope, s.std]),
+                                           0.0).sum(-1)))
+    lo, hi = stabilizer_range(fit.slope, s.std, s.n, live)
+    blocks.append((_CONV_RANGE, torch.cat([lo, hi])))
+    return dict(
         adv_group_mean_abs_max=_masked_max(fit.intercept.abs(), live),
         degenerate_abs_max=_masked_max(fit.abs_max, s.degenerate & (s.n > 0) & fin),
         typ_abs_adv=fit.typical,
     )
-    lo, hi = stabilizer_range(fit.slope, s.std, s.n, live)
-    for i, name in enumerate(CONVENTIONS):
-        out[f"e_{name}_min"], out[f"e_{name}_max"] = lo[i], hi[i]
-    return out
-
-
-def _violation_fields(offending: dict) -> dict:
-    return {f"viol_{name}": mask.sum() for name, mask in offending.items()}
 
 
 def _masked_max(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -69,7 +69,8 @@ def measure_weights(loss: torch.Tensor, logprobs: torch.Tensor | None) -> tuple[
 
 def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | None = None, *, micro: int = 0,
                 group: torch.Tensor | None = None, degenerate: torch.Tensor | None = None,
-                source_row: torch.Tensor | None = None, checkable: torch.Tensor | None = None) -> torch.Tensor:
+                source_row: torch.Tensor | None = None, checkable: torch.Tensor | None = None,
+                c_columns: bool = True) -> torch.Tensor:
     """One float64 row of :data:`ROW_COLUMNS` per response of a ``(B, T)`` micro-batch. No host sync.
 
     ``c = -w / A`` per valid token with ``A != 0`` (mean, min, max per row; NaN without such a
@@ -77,37 +78,51 @@ def row_records(mask: torch.Tensor, advantages: torch.Tensor, w: torch.Tensor | 
     ``group``/``degenerate``/``source_row``: the rollout row's group, whether it is degenerate, its
     index (-1/NaN: unknown); ``checkable``: ratio 1 and no KL on every valid token (default all);
     ``eps``: the machine epsilon of ``w``'s dtype (the check's tolerance is at least 16 of them).
+    ``c_columns=False`` (no row can be checked, e.g. a micro-batch with a KL term) leaves ``c`` NaN: only the check
+    reads it.
     """
     valid = mask > 0
     b, t = valid.shape
-    dev = mask.device
-    length = valid.sum(-1).double()
     adv = advantages.double()
-    adv_tok = adv.unsqueeze(-1).expand(b, t) if adv.dim() == 1 else adv
+    length = valid.sum(-1).double()
     row_adv = adv if adv.dim() == 1 else torch.where(valid, adv, 0.0).sum(-1) / length.clamp(min=1)
-    nan = torch.full((b,), math.nan, dtype=torch.float64, device=dev)
+    nan = math.nan
+    const: dict[str, float] = dict(micro=float(micro), width=float(t), measured=float(w is not None),
+                                   eps=torch.finfo(w.dtype).eps if w is not None and w.is_floating_point() else 0.0)
+    cols: dict[str, torch.Tensor] = dict(length=length, advantage=row_adv)
     if w is None:
-        weight, c_mean, c_min, c_max = nan, nan, nan, nan
+        const.update(weight=nan, c_mean=nan, c_min=nan, c_max=nan)
     else:
         wd = w.double()
-        weight = torch.where(valid, wd.abs(), 0.0).sum(-1)
-        live = valid & (adv_tok != 0)
-        c = torch.where(live, -wd / torch.where(live, adv_tok, 1.0), 0.0)
-        n_live = live.sum(-1)
-        c_mean = torch.where(n_live > 0, c.sum(-1) / n_live.clamp(min=1), math.nan)
-        c_min = torch.where(n_live > 0, torch.where(live, c, math.inf).amin(-1), math.nan)
-        c_max = torch.where(n_live > 0, torch.where(live, c, -math.inf).amax(-1), math.nan)
-    cols = dict(
-        weight=weight, c_mean=c_mean, c_min=c_min, c_max=c_max, length=length, advantage=row_adv,
-        group=group.double() if group is not None else nan.nan_to_num(-1.0),
-        degenerate=degenerate.double() if degenerate is not None else nan, micro=float(micro),
-        row=torch.arange(b, device=dev, dtype=torch.float64),
-        source_row=source_row.double() if source_row is not None else nan.nan_to_num(-1.0), width=float(t),
-        checkable=checkable.double() if checkable is not None else 1.0, measured=float(w is not None),
-        eps=torch.finfo(w.dtype).eps if w is not None and w.is_floating_point() else 0.0,
-    )
-    return torch.stack([torch.as_tensor(cols[n], dtype=torch.float64, device=dev).expand(b) for n in ROW_COLUMNS],
-                       dim=1)
+        cols["weight"] = torch.where(valid, wd.abs(), 0.0).sum(-1)
+        if c_columns:
+            cols.update(_c_columns(valid, adv.unsqueeze(-1) if adv.dim() == 1 else adv, wd))
+        else:
+            const.update(c_mean=nan, c_min=nan, c_max=nan)
+    for name, value, absent in (("group", group, -1.0), ("degenerate", degenerate, nan),
+                                ("source_row", source_row, -1.0), ("checkable", checkable, 1.0)):
+        if value is None:
+            const[name] = absent
+        else:
+            cols[name] = value
+    cols["row"] = torch.arange(b, device=mask.device, dtype=torch.float64)
+    names = [n for n in ROW_COLUMNS if n in const]  # the constant columns: one host vector, broadcast to the rows
+    fixed = dict(zip(names, torch.tensor([const[n] for n in names], dtype=torch.float64, device=mask.device)
+                     .expand(b, len(names)).unbind(1), strict=True))
+    return torch.stack([cols[n].to(torch.float64) if n in cols else fixed[n] for n in ROW_COLUMNS], dim=1)
+
+
+def _c_columns(valid: torch.Tensor, adv_tok: torch.Tensor, wd: torch.Tensor) -> dict[str, torch.Tensor]:
+    """``c = -w / A``'s mean, min and max per row over valid tokens with ``A != 0`` (NaN without such a token);
+    ``adv_tok`` broadcasts against the ``(B, T)`` tokens."""
+    live = valid & (adv_tok != 0)
+    c = torch.where(live, -wd / torch.where(live, adv_tok, 1.0), 0.0)
+    n_live = live.sum(-1)
+    has = n_live > 0
+    c_mean = torch.where(has, c.sum(-1) / n_live.clamp(min=1), math.nan)
+    c_min = torch.where(has, torch.where(live, c, math.inf).amin(-1), math.nan)
+    c_max = torch.where(has, torch.where(live, c, -math.inf).amax(-1), math.nan)
+    return dict(c_mean=c_mean, c_min=c_min, c_max=c_max)
 
 
 def checkable_rows(mask: torch.Tensor, logprobs: torch.Tensor | None, old_logprobs: torch.Tensor | None,

@@ -195,8 +195,8 @@ class Accumulator:
                                        for r in self.rollouts] + [(g.stats, g.reward_sum, None)
                                                                   for g in self.generations]:
             cut = torch.full_like(stats.std, torch.nan) if cut is None else cut.to(stats.std.dtype)
-            out += [stats.std, reward_sum, stats.n, stats.degenerate.double(), cut,
-                    stats.rows.to(stats.std.dtype)]  # GROUP_ARRAYS, in order
+            out.append(torch.stack([stats.std, reward_sum, stats.n, stats.degenerate.to(stats.std.dtype), cut,
+                                    stats.rows.to(stats.std.dtype)]))  # GROUP_ARRAYS, in order (flattened by row)
         return out + [self.advantage_sample()]
 
     def host_groups(self, flat: np.ndarray) -> HostGroups:

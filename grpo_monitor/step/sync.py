@@ -56,11 +56,9 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
         parts.append(("ledger", LEDGER, acc.ledger, global_scope))
         if token_layout is not None:
             parts.append(("tokens", token_layout, acc.tokens, False))
-    vec = torch.cat([(v if v is not None else lay.empty(device)).to(device) for _, lay, v, _ in parts])
+    vec = torch.cat([(v if v is not None else lay.identity(device)).to(device) for _, lay, v, _ in parts])
     if collective:
-        layout = FieldLayout([f for _, lay, _, _ in parts for f in lay.fields])
-        keep = torch.cat([torch.full((len(lay),), g) for _, lay, _, g in parts])
-        vec = all_reduce_fields(vec, layout, keep)
+        vec = all_reduce_fields(vec, *_joined(tuple((lay, g) for _, lay, _, g in parts)))
     arrays = ([weights] if final and weights is not None else []) + (acc.group_arrays() if final else [])
     host = torch.cat([vec] + [a.reshape(-1).to(device, torch.float64) for a in arrays]).cpu()
     pieces, offset = {}, 0
@@ -90,10 +88,27 @@ def sync_step(acc: Accumulator, token_layout: FieldLayout | None, *, global_scop
     )
 
 
+_JOINED: dict[tuple, tuple[tuple, FieldLayout, torch.Tensor]] = {}
+_JOINED_KEPT = 8  # combinations remembered (each monitor has its own token layout)
+
+
+def _joined(parts: tuple[tuple[FieldLayout, bool], ...]) -> tuple[FieldLayout, torch.Tensor]:
+    """The one layout of the synced parts (each layout, and whether it stays local) and which slots stay local,
+    built once per combination (looked up by the layouts' identities, which the entry keeps alive)."""
+    key = tuple((id(lay), g) for lay, g in parts)
+    entry = _JOINED.get(key)
+    if entry is None:
+        if len(_JOINED) >= _JOINED_KEPT:
+            _JOINED.clear()
+        entry = _JOINED[key] = (parts, FieldLayout([f for lay, _ in parts for f in lay.fields]),
+                                torch.cat([torch.full((len(lay),), g) for lay, g in parts]))
+    return entry[1], entry[2]
+
+
 def _tokens(vec: torch.Tensor | None, acc: Accumulator, layout: FieldLayout | None) -> dict[str, float] | None:
     if vec is None or layout is None:
         return None
-    if acc.tokens is None and torch.equal(vec, layout.empty()):
+    if acc.tokens is None and torch.equal(vec, layout.identity()):
         return None  # no rank observed tokens this step
     return layout.to_dict(vec.tolist())
 

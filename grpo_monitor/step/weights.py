@@ -66,7 +66,8 @@ class LossWeights:
         group, degenerate, source = self._link(rows, mask.shape[0], mask.device)
         check = checkable_rows(mask, tensors.get("logprobs"), tensors.get("old_logprobs"), tensors.get("ref_logprobs"))
         self.rows.append(row_records(mask, adv, w, micro=len(self.rows), group=group, degenerate=degenerate,
-                                     source_row=source, checkable=check))
+                                     source_row=source, checkable=check,
+                                     c_columns=tensors.get("ref_logprobs") is None))  # with a KL term: unchecked
 
     def _link(self, rows: torch.Tensor | None, b: int, device: torch.device):
         """Group, degenerate flag and rollout row of each loss row (-1/NaN where unknown). No host sync:
@@ -186,6 +187,8 @@ def _concat(parts: Sequence[WeightRows], separate_groups: bool = False) -> Weigh
     """Every rank's rows as one table, micro-batches numbered apart (rank r's after rank r-1's). With
     ``separate_groups`` (local rollout scope: each rank's group ids index its own shard) the groups too; under
     global scope every rank's ids index the same gathered rollout and are kept."""
+    if len(parts) == 1:
+        return parts[0]  # one table: numbered from 0 already, nothing to shift
     tables, offset, group_offset = [], 0.0, 0.0
     micro, group = ROW_COLUMNS.index("micro"), ROW_COLUMNS.index("group")
     for p in parts:

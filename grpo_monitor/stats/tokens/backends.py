@@ -12,7 +12,9 @@ eager       ``torch_rows`` op by op, in row blocks                anything
 ==========  ===================================================  ===========================
 
 ``select_backend`` is the only place that chooses: ``compile=False``, ``compile="auto"``
-below ``AUTO_COMPILE_MIN_TOKENS`` token slots, or ``GRPO_MONITOR_COMPILE=0`` give eager;
+below ``AUTO_COMPILE_MIN_TOKENS`` token slots, or ``GRPO_MONITOR_COMPILE=0`` give eager (except
+that ``"auto"`` gives a micro-batch of ``AUTO_NATIVE_MIN_TOKENS`` slots or more the C kernel when it takes it:
+nothing is compiled per input);
 otherwise, for CUDA tensors where ``triton`` imports, the Triton kernel (skipped with
 ``GRPO_MONITOR_TRITON=0``), then the first of native (skipped with ``GRPO_MONITOR_NATIVE=0``)
 and compiled that accepts the inputs, else eager. (``TRITON`` is outside ``BACKENDS``, the CPU
@@ -66,6 +68,9 @@ from .torch_rows import token_vector
 #: ``compile="auto"`` compiles only micro-batches with at least this many token slots
 #: (smaller ones take milliseconds eagerly; a compile takes seconds once per process).
 AUTO_COMPILE_MIN_TOKENS = 1 << 18
+#: ``compile="auto"`` gives smaller micro-batches of at least this many token slots the C kernel when it takes them
+#: (built once per machine, not per input; ``_small_native``), smaller ones the eager pass.
+AUTO_NATIVE_MIN_TOKENS = 1 << 10
 #: ``torch.compile`` options of the pass: keep every intermediate in registers (the default
 #: thresholds write the reduced argument r to memory, a full extra pass) and let the C++
 #: compiler fuse multiply-adds (the polynomial and the sums of squares; only more exact).
@@ -322,8 +327,24 @@ def wants_compile(compile: bool | str, numel: int) -> bool:
     return wanted and os.environ.get("GRPO_MONITOR_COMPILE", "1") != "0"
 
 
+def _small_native(x: TokenInputs) -> bool:
+    """Whether a micro-batch too small to compile takes the C kernel under ``compile="auto"``: from
+    ``AUTO_NATIVE_MIN_TOKENS`` token slots, where the kernel accepts the inputs. Nothing is compiled per input (one
+    build per machine, 0.4 s, then a cached load), and on a step's few thousand tokens the kernel is ~14x faster
+    than the eager pass's ~150 small operations (75 us against 1.05 ms at 256 x 8 tokens, five inputs;
+    ``benchmarks/bench_step.py``). Below it (toy batches: examples, tests) the build would cost more than it saves,
+    and they stay eager. Off with ``GRPO_MONITOR_NATIVE=0`` or ``GRPO_MONITOR_COMPILE=0``."""
+    if x.mask.numel() < AUTO_NATIVE_MIN_TOKENS:
+        return False
+    if os.environ.get("GRPO_MONITOR_NATIVE") == "0" or os.environ.get("GRPO_MONITOR_COMPILE") == "0":
+        return False
+    return NATIVE.accepts(x)
+
+
 def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
-    """The backend for ``x``: eager unless compiling is wanted, else native, compiled, eager, the first that accepts.
+    """The backend for ``x``: eager unless compiling is wanted (or native, under ``"auto"``, for a micro-batch of
+    ``AUTO_NATIVE_MIN_TOKENS`` slots or more that the C kernel takes: :func:`_small_native`), else native, compiled,
+    eager, the first that accepts.
 
     When the C kernel could not be built for want of a C compiler, ``torch.compile`` (which needs one too, and takes
     7-160 s to fail) is skipped unless the user asked for it (:func:`compile_asked`).
@@ -333,7 +354,7 @@ def select_backend(x: TokenInputs, compile: bool | str = "auto") -> Backend:
     'eager'
     """
     if not wants_compile(compile, x.mask.numel()):
-        return EAGER
+        return NATIVE if compile == "auto" and _small_native(x) else EAGER
     if x.mask.device.type == "cuda" and os.environ.get("GRPO_MONITOR_TRITON") != "0" and TRITON.accepts(x):
         return TRITON
     for backend in BACKENDS:
