@@ -57,6 +57,20 @@ def test_a_heat_map_draws_one_histogram_key():
         Family("x", (scalar,), figures=(fig,))
 
 
+@pytest.mark.parametrize("kind,keys", [("scatter", ("grpo/x/h",)), ("scatter", ("grpo/x/h", "grpo/x/s")),
+                                       ("histogram", ("grpo/x/s",))],
+                         ids=["scatter-one-key", "scatter-scalar", "hist-scalar"])
+def test_a_pooled_panel_draws_histogram_keys(kind, keys):
+    """A scatter needs two histogram keys and a pooled histogram one: anything else is refused when the family is
+    built."""
+    kw = dict(section="Mismatch", source="observe_loss")
+    records = (metric("grpo/x/s", "fraction", "ratio", "mean", "A scalar.", **kw),
+               metric("grpo/x/h", "tokens", "ratio", "per step", "A list.", kind="histogram", **kw))
+    fig = FigureSpec("x", "X", (Panel(kind, keys, "t", "u"),), "c", (), after="ratio")
+    with pytest.raises(ValueError, match="a scatter two"):
+        Family("x", records, figures=(fig,))
+
+
 def test_in_order_holds_every_family_once():
     """The catalogue order lists the families FAMILIES declares, each once."""
     assert sorted(f.name for f in IN_ORDER) == sorted(f.name for f in FAMILIES)

@@ -16,8 +16,9 @@ pytest.importorskip("matplotlib")
 
 from grpo_monitor import GRPOMonitor, MonitorConfig  # noqa: E402
 from grpo_monitor.sinks.jsonl import JSONLSink  # noqa: E402
-from grpo_monitor.tools.reporting import build_report, load_run  # noqa: E402
-from grpo_monitor.tools.reporting.plots_tokens import draw_weights  # noqa: E402
+from grpo_monitor.tools.reporting import PAGE, build_report, load_run  # noqa: E402
+
+draw_weights = next(f for f in PAGE if f.name == "weights").draw  # the declared figure (catalog/family_weights.py)
 
 G, Q, T, MICRO, STEPS = 4, 3, 12, 2, 3
 

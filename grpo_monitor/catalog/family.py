@@ -29,7 +29,7 @@ from .record import Metric
 #: (``observe_generation``), the token pass's and the MoE routing counts (both ``observe_loss``), each after
 #: the step's sync.
 VECTORS: tuple[str, ...] = ("rollout", "ledger", "tokens", "routing")
-PanelKind = Literal["lines", "band", "fractions", "heatmap", "log"]
+PanelKind = Literal["lines", "band", "fractions", "heatmap", "log", "scatter", "histogram"]
 #: A number a figure draws, fixed or the run's own: ``(offset, scale, setting)`` is offset + scale x the run's
 #: MonitorConfig value of ``setting`` (a tolerance as ``"tolerances.mismatch_k3"``), else its default.
 Value = float | tuple[float, float, str]
@@ -62,6 +62,25 @@ class Shade:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slope:
+    """A power law y ~ x^p through a ``"scatter"`` panel's points (a line through their geometric centre on its
+    log-log axes). p is ``powers``' value for a name: the run's MonitorConfig value of ``setting`` (a name of
+    ``powers`` or an alias of one in ``aliases``), else the name at the last logged value of the index key ``key``
+    (its position in ``powers``); no line without one. ``label`` is formatted with ``{given}`` (the value as set),
+    ``{alias}`` (" (name)" when that is an alias), ``{name}`` and ``{power}``. ``differs``: drawn only when the
+    panel's slopes before it drew none or another power."""
+
+    label: str
+    powers: Mapping[str, float]
+    setting: str = ""
+    key: str = ""
+    aliases: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    color: str = "red"
+    style: str = "-"
+    differs: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Panel:
     """One time-axis panel of a declared figure.
 
@@ -70,7 +89,13 @@ class Panel:
     histogram over time; ``overlay``: keys drawn as lines over the stack), ``"heatmap"`` (one
     histogram key: its values per step as the columns of a colour map, value i on row i, as the
     agreement of each MoE layer), ``"log"`` (one key, a max-type series, on a log axis, zeros drawn at the
-    floor). ``labels``: one legend label per key, then per overlay key ("" for
+    floor); and two kinds that pool every step's lists of histogram keys, with their own x axis (``xlabel``):
+    ``"scatter"`` (keys ``(x, y)``, aligned: one dot per pair on log-log axes, the y range the points and their
+    geometric centre widened 4x each way, the power laws ``slopes`` through them) and ``"histogram"`` (one key's
+    values in 30 bins, counts on the y axis; ``share``: the values are shares of each step's whole, the equal share
+    1 / (the median count a step logged) marked by a line labelled ``labels[0]`` with ``{even}``; ``colors``: the
+    bars' and that line's). ``labels``: one
+    legend label per key, then per overlay key ("" for
     the key itself; a band's second label is the band's, a heat map's its colour bar's), formatted
     with the run's settings (``{entropy_low_threshold:g}``: the run's MonitorConfig value, else its
     default). ``colors``: one of blue, orange, green, red, grey, purple, mid grey per key, then per
@@ -94,6 +119,8 @@ class Panel:
     reference_color: str = "grey"
     shades: tuple[Shade, ...] = ()
     min_span: Value = 0.0
+    xlabel: str = ""
+    slopes: tuple[Slope, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,6 +135,8 @@ class FigureSpec:
     it; ``breaches``: an invariant whose breached steps the caption lists. ``after``: the figure it
     follows on the page. ``note``: whether a run without its keys gets a note saying how to log them
     (False for a family only some trainers have, such as the off-policy one). ``height``: inches per panel.
+    ``columns``: the panels side by side, each with its own x axis (not stacked over the steps), drawn when the
+    first panel's keys are logged.
     """
 
     name: str
@@ -121,11 +150,12 @@ class FigureSpec:
     breaches: str = ""
     note: bool = True
     height: float = 2.6
+    columns: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:
         """Every key the figure draws or states, the principal one (the first panel's first) first."""
-        keys = [k for p in self.panels for k in (*p.keys, *p.overlay)]
+        keys = [k for p in self.panels for k in (*p.keys, *p.overlay, *(s.key for s in p.slopes if s.key))]
         keys += [k for _, k, _ in (*self.statements, *self.peaks)] + [k for k, _ in self.missing]
         return tuple(dict.fromkeys(keys))
 
@@ -150,9 +180,11 @@ class Family:
         if stray:
             raise ValueError(f"family {self.name!r} draws keys it does not catalogue: {stray}")
         kinds = {m.key: m.kind for m in self.metrics}
-        maps = [p.keys for f in self.figures for p in f.panels if p.kind == "heatmap"]
-        if any(len(keys) != 1 or kinds[keys[0]] != "histogram" for keys in maps):
-            raise ValueError(f"family {self.name!r} maps keys {maps}; a heat map draws one histogram key")
+        wanted = {"heatmap": 1, "histogram": 1, "scatter": 2}
+        pooled = [(p.kind, p.keys) for f in self.figures for p in f.panels if p.kind in wanted]
+        if any(len(keys) != wanted[kind] or any(kinds[k] != "histogram" for k in keys) for kind, keys in pooled):
+            raise ValueError(f"family {self.name!r} draws {pooled}; a heat map draws one histogram key (a "
+                             "histogram too), a scatter two")
 
 
 def read_out(families: Sequence[Family], vector: str, values: Mapping[str, float],

@@ -44,7 +44,6 @@ from .record import (  # noqa: F401 - Metric and the phrases are part of this mo
     Source,
 )
 from .record import metric as _m
-from .weight_metrics import weight_entries
 
 #: The x axis of every dashboard panel: the monitor's step, logged with each report.
 STEP_KEY = "grpo/step"
@@ -327,7 +326,7 @@ def _monitor_and_integrations() -> list[Metric]:
 def _catalogue() -> Mapping[str, Metric]:
     families = [m for family in IN_ORDER for m in family.metrics]  # each family's records, in its sections
     entries = [*_groups(), *_advantages(), *_kl(), *families,
-               *_sampling(), *_invariants(), *_tokens(), *weight_entries(),
+               *_sampling(), *_invariants(), *_tokens(),
                *_monitor_and_integrations(), *health_entries()]
     order = [name for name, _ in SECTIONS]
     entries.sort(key=lambda m: order.index(m.section))  # stable: section order, then listed order

@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from ..catalog.family_weights import AGGREGATION_ALIASES, LENGTH_POWERS
+
 Scope = str  # "micro_batch", "step" or "auto"
 SCOPES = ("auto", "micro_batch", "step")
 
@@ -52,21 +54,23 @@ class Aggregation:
     effect: str
 
 
-_RECORDS = (
-    Aggregation("token_mean", 0, False, "every token weighs the same: a response weighs by its length "
-                "(long responses dominate; the length_slope is 1)"),
-    Aggregation("seq_mean_token_mean", 1, True, "every response weighs the same whatever its length: a token of a "
-                "short response weighs more than one of a long response (length_slope 0); a long wrong answer is "
-                "penalised per token less than a short one"),
-    Aggregation("seq_mean_token_sum", 2, False, "token sums averaged over responses: like token_mean, a response "
-                "weighs by its length, with a denominator that does not depend on the lengths"),
-    Aggregation("seq_mean_token_sum_norm", 3, False, "token sums over rows times the padded width: a response "
-                "weighs by its length; the width changes with the batch's longest response"),
-    Aggregation("constant_normalizer", 4, False, "token sums over a fixed budget (Dr. GRPO, max_completion_length): "
-                "a response weighs by its length and the denominator is not random"),
-    Aggregation("token_sum", 5, False, "plain token sums: a response weighs by its length and the update grows "
-                "with the batch's token count"),
-)
+_EFFECTS = {
+    "token_mean": "every token weighs the same: a response weighs by its length (long responses dominate; the "
+                  "length_slope is 1)",
+    "seq_mean_token_mean": "every response weighs the same whatever its length: a token of a short response weighs "
+                           "more than one of a long response (length_slope 0); a long wrong answer is penalised per "
+                           "token less than a short one",
+    "seq_mean_token_sum": "token sums averaged over responses: like token_mean, a response weighs by its length, "
+                          "with a denominator that does not depend on the lengths",
+    "seq_mean_token_sum_norm": "token sums over rows times the padded width: a response weighs by its length; the "
+                               "width changes with the batch's longest response",
+    "constant_normalizer": "token sums over a fixed budget (Dr. GRPO, max_completion_length): a response weighs by its "
+                           "length and the denominator is not random",
+    "token_sum": "plain token sums: a response weighs by its length and the update grows with the batch's token count",
+}
+# names, indices and powers of length: the catalogue's table (the weights figure draws its slopes by it)
+_RECORDS = tuple(Aggregation(name, index, power == 0.0, _EFFECTS[name])
+                 for index, (name, power) in enumerate(LENGTH_POWERS.items()))
 
 #: Every aggregation by name, in index order.
 AGGREGATIONS: Mapping[str, Aggregation] = {a.name: a for a in _RECORDS}
@@ -75,23 +79,9 @@ AGGREGATIONS: Mapping[str, Aggregation] = {a.name: a for a in _RECORDS}
 FIT_ORDER = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "token_sum", "seq_mean_token_sum_norm",
              "constant_normalizer")
 
-#: Trainer names -> (aggregation, scope). TRL 1.16 ``loss_type`` and verl 0.9.1 ``loss_agg_mode``.
-ALIASES: Mapping[str, tuple[str, Scope]] = {
-    "trl.grpo": ("seq_mean_token_mean", "micro_batch"),
-    "trl.sapo": ("seq_mean_token_mean", "micro_batch"),
-    "trl.bnpo": ("token_mean", "micro_batch"),
-    "trl.dr_grpo": ("constant_normalizer", "micro_batch"),
-    "trl.dapo": ("token_mean", "step"),
-    "trl.cispo": ("token_mean", "step"),
-    "trl.vespo": ("token_mean", "step"),
-    "trl.luspo": ("seq_mean_token_sum", "micro_batch"),
-    "token-mean": ("token_mean", "auto"),
-    "token-sum": ("token_sum", "auto"),
-    "seq-mean-token-mean": ("seq_mean_token_mean", "auto"),
-    "seq-mean-token-sum": ("seq_mean_token_sum", "auto"),
-    "seq-mean-token-sum-norm": ("seq_mean_token_sum_norm", "auto"),
-}
-ALIASES = {**ALIASES, **{f"verl.{k}": v for k, v in ALIASES.items() if not k.startswith("trl.")}}
+#: Trainer names -> (aggregation, scope). TRL 1.16 ``loss_type`` and verl 0.9.1 ``loss_agg_mode`` (held by the
+#: catalogue beside the names: ``catalog/family_weights.py``).
+ALIASES: Mapping[str, tuple[str, Scope]] = AGGREGATION_ALIASES
 
 
 def known_names() -> list[str]:

@@ -189,18 +189,6 @@ def tokens(run: RunData) -> str:
     return sentences(parts)
 
 
-def weights(run: RunData) -> str:
-    parts = ["Left, each dot is a response, its |weight| in the loss per unit |advantage| against its length; the "
-             "solid line is the declared loss_aggregation's expectation and the dashed one the fitted aggregation's, "
-             "drawn under 'auto' or when its slope differs, so dots off the solid line mean the loss does not "
-             "aggregate as declared (a per-response mean, seq_mean_token_mean, gives every response the same weight: "
-             "slope 0, short responses' tokens weigh more; token sums, token_mean or Dr GRPO's constant normaliser, "
-             "weigh a response by its length: slope 1); right, how the update spreads over questions",
-             _change(run, "the measured length slope", "grpo/weights/length_slope", "{:.3f}"),
-             _change(run, "the largest question's share", "grpo/weights/top_question_share", _RATE)]
-    return sentences(parts)
-
-
 def sampling(run: RunData) -> str:
     parts = ["Dynamic sampling regenerates until groups have reward variation: a retained group costs G / alpha "
              "responses with alpha = 1 - p^G - (1-p)^G",

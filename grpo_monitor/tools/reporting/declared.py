@@ -2,7 +2,8 @@
 
 A family's module says what its figure shows (panels of lines, a mean in a +-1 std band,
 shares stacked into a histogram over time, or a histogram key's values as a heat map over
-steps; the caption's statements); this module draws
+steps; every step's histogram lists pooled into a scatter or a histogram; the caption's
+statements); this module draws
 any such spec and writes its caption, so a family's figure needs no code in the report.
 :func:`report_spec` turns a declared figure into the report's own
 :class:`~grpo_monitor.tools.reporting.plots_core.FigureSpec`.
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ...catalog.family import FigureSpec as Declared
-from ...catalog.family import Panel, Value
+from ...catalog.family import Panel, Slope, Value
 from .captions import breaches
 from .data import RunData
 from .facts import change, peak, sentences
@@ -114,19 +115,35 @@ def _styles(panel: Panel) -> list[str]:
 def _logged(panel: Panel, run: RunData) -> bool:
     if panel.kind == "heatmap":
         return histogram_matrix(run, panel.keys[0]) is not None
+    if panel.kind in ("scatter", "histogram"):
+        return bool(pooled(run, panel.keys[0]))
     return any(run.has(k) for k in (*panel.keys, *panel.overlay))
 
 
 def draw(spec: Declared, run: RunData):
-    """The figure: one panel per panel of ``spec`` the run logged a key of; None when it logged none."""
+    """The figure: one panel per panel of ``spec`` the run logged a key of (side by side: every panel, once the
+    first is logged); None when it logged none."""
+    if spec.columns:
+        return _columns(spec, run)
     panels = [p for p in spec.panels if _logged(p, run)]
     if not panels:
         return None
     fig, axes = figure(len(panels), height=spec.height)
     for ax, panel in zip(axes, panels, strict=True):
-        {"lines": _lines, "band": _band, "fractions": _fractions, "heatmap": _heatmap, "log": _log}[panel.kind](
-            ax, panel, run)
+        _KINDS[panel.kind](ax, panel, run)
     axes[-1].set_xlabel("step")
+    return fig
+
+
+def _columns(spec: Declared, run: RunData):
+    """The panels side by side, each with its own x axis; None when the first panel's keys are not logged."""
+    if not _logged(spec.panels[0], run):
+        return None
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9.0, spec.height), dpi=100, layout="constrained")
+    for ax, panel in zip(fig.subplots(1, len(spec.panels), squeeze=False)[0], spec.panels, strict=True):
+        _KINDS[panel.kind](ax, panel, run)
     return fig
 
 
@@ -242,6 +259,99 @@ def _heatmap(ax, panel: Panel, run: RunData) -> None:
     ax.figure.colorbar(image, ax=ax, label=_labels(panel, run)[0])
     ax.set_ylabel(panel.ylabel)
     ax.set_title(panel.title, fontsize=10)
+
+
+def pooled(run: RunData, key: str) -> list[list[float]]:
+    """Every list a step logged of a histogram key (steps without one left out)."""
+    return [h for h in run.histograms.get(key, []) if h]
+
+
+def _scatter(ax, panel: Panel, run: RunData) -> None:
+    """Every step's aligned (x, y) lists pooled: one dot per pair on log-log axes, the power laws through their
+    geometric centre, the y range the points and that centre widened 4x each way (float noise on a flat line stays
+    flat)."""
+    xs, ys = (pooled(run, key) for key in panel.keys)
+    x = np.concatenate([np.asarray(v, float) for v in xs])
+    y = np.concatenate([np.asarray(v, float) for v in ys])
+    ax.scatter(x, y, s=8, color=_colors(panel)[0], alpha=0.5, label=_labels(panel, run)[0])
+    if len(x) > 1:
+        grid = np.geomspace(x.min(), x.max(), 20)
+        for label, power, slope in _powers(panel.slopes, run):
+            scale = np.exp(np.mean(np.log(y)) - power * np.mean(np.log(x)))
+            ax.plot(grid, scale * grid ** power, color=COLORS[slope.color], linestyle=slope.style, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    _plain_log_ticks(ax)
+    centre = float(np.exp(np.mean(np.log(y))))
+    ax.set_ylim(min(y.min(), centre) / 4, max(y.max(), centre) * 4)
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(panel.title, fontsize=10)
+    ax.legend(fontsize=8)
+
+
+def _powers(slopes: tuple[Slope, ...], run: RunData) -> list[tuple[str, float, Slope]]:
+    """(label, power, slope) of each line to draw (:class:`~grpo_monitor.catalog.family.Slope`)."""
+    out: list[tuple[str, float, Slope]] = []
+    for slope in slopes:
+        given, name = _named(slope, run)
+        if name is None or (slope.differs and out and all(slope.powers[name] == p for _, p, _ in out)):
+            continue
+        alias = f" ({name})" if given != name else ""
+        power = slope.powers[name]
+        out.append((slope.label.format(given=given, alias=alias, name=name, power=power), power, slope))
+    return out
+
+
+def _named(slope: Slope, run: RunData) -> tuple[str | None, str | None]:
+    """(the value as set, the name it stands for) of a slope's setting, else of its index key's last value."""
+    if slope.setting:
+        given = run.config.get(slope.setting)
+        if not isinstance(given, str):
+            return None, None
+        return given, given if given in slope.powers else slope.aliases.get(given)
+    ids = run.series(slope.key)
+    index = int(ids[np.isfinite(ids)][-1]) if ids is not None and np.isfinite(ids).any() else -1
+    name = list(slope.powers)[index] if 0 <= index < len(slope.powers) else None
+    return name, name
+
+
+def _plain_log_ticks(ax) -> None:
+    """Log axes labelled with plain numbers (``4``, ``0.5``), minor ticks too on a narrow range, not ``4x10^0``."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def __call__(self, x, pos=None):  # the ticks LogFormatter labels, written as plain numbers
+            return f"{x:g}" if super().__call__(x, pos) else ""
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(Plain())
+        axis.set_minor_formatter(Plain(labelOnlyBase=False, minor_thresholds=(1.2, 0.6)))
+
+
+def _histogram(ax, panel: Panel, run: RunData) -> None:
+    """Every step's values of one histogram key in 30 bins (a count of values per bin), a share panel's equal share
+    marked; the axes labelled even without values."""
+    from matplotlib.ticker import MaxNLocator
+
+    lists = pooled(run, panel.keys[0])
+    if lists:
+        bars, mark = (COLORS[name] for name in [*panel.colors, "green", "orange"][:2])
+        counts, _, _ = ax.hist(np.concatenate([np.asarray(v, float) for v in lists]), bins=30, color=bars, alpha=0.8)
+        if panel.share:
+            even = 1.0 / np.median([len(v) for v in lists])
+            ax.axvline(even, color=mark, label=panel.labels[0].format(even=even))
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of values
+        ax.set_ylim(0, max(1.0, float(np.max(counts))) * 1.3)  # headroom: the legend covers no bar
+        if panel.share:
+            ax.legend(fontsize=8, loc="upper right")
+    ax.set_xlabel(panel.xlabel)
+    ax.set_ylabel(panel.ylabel)
+    ax.set_title(panel.title, fontsize=10)
+
+
+_KINDS = {"lines": _lines, "band": _band, "fractions": _fractions, "heatmap": _heatmap, "log": _log,
+          "scatter": _scatter, "histogram": _histogram}
 
 
 def caption(spec: Declared, run: RunData) -> str:
