@@ -71,7 +71,7 @@ def check_values(tensor: torch.Tensor, name: str, *, nan: bool = False, negative
 
     >>> check_values(torch.tensor([[3., 2.], [float("nan"), 1.]]), "lengths", negative=False)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    grpo_monitor.step.inputs.InputValueError: lengths[1][0] is nan; lengths must be finite numbers >= 0 ...
+    grpo_monitor.errors.InputValueError: lengths[1][0] is nan; lengths must be finite numbers >= 0 ...
     """
     if not tensor.is_floating_point() and (negative or tensor.dtype == torch.bool):
         return tensor
