@@ -6,7 +6,7 @@ rule of the catalogue is evaluated, and a finding opens once its condition held 
 clears once it failed for as long. The live monitor and ``grpo-monitor doctor`` run the same tracker.
 
 >>> t = HealthTracker(None)
->>> for step in range(3):
+>>> for step in range(4):  # a zero-gradient share is judged from the 4th step on
 ...     u = t.update(step, {"grpo/groups/degenerate_rate": 0.9, "grpo/groups/total": 2.0,
 ...                         "grpo/groups/effective_prompts": 0.0})
 >>> u.status, [f.name for f in u.active]
