@@ -44,7 +44,10 @@ def batch(seed: int, B: int = 12, T: int = 37, scale: float = 0.05, dtype=torch.
     lens[0] = 0
     mask = (torch.arange(T)[None] < lens[:, None]).float()
     sampler = -torch.rand(B, T, generator=g, dtype=torch.float64) * 4
-    noise = torch.distributions.StudentT(3.0).sample((B, T)).double() * scale
+    # Student-t with 3 degrees of freedom from the batch's own generator (z / sqrt(chi2_3 / 3)): the same batch
+    # whatever ran before (StudentT.sample draws from the global generator)
+    z, chi = torch.randn(4, B, T, generator=g, dtype=torch.float64).split([1, 3])
+    noise = z[0] / (chi.square().sum(0) / 3).sqrt() * scale
     old = sampler + noise
     entropy = torch.rand(B, T, generator=g, dtype=torch.float64) * 2
     entropy[1, :5] = 0.0
